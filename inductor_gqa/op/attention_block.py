@@ -1,0 +1,83 @@
+"""The fused op ``inductor_gqa::attention_block``: schema, fake (meta) implementation, dispatch.
+
+One call computes a whole attention block: Q/K/V projections (+bias), optional per-head RMSNorm,
+optional RoPE, grouped-query attention, optional o_proj. Every static variation is a scalar argument
+(see ``plan/spec.py``), so one schema covers every variant the matcher accepts.
+
+Dispatch: a registered kernel backend (``register_kernels``) gets the first chance to run the block;
+it returns None for anything it does not cover and the PyTorch reference runs instead.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+from ..plan.spec import BlockSpec
+from .reference import attention_block_reference
+
+OP_NAME = "inductor_gqa::attention_block"
+
+_TENSOR_ARGS = ("x", "wq", "wk", "wv", "bq", "bk", "bv", "q_norm_weight", "k_norm_weight", "cos",
+                "sin", "inv_freq", "position_ids", "attn_mask", "wo", "bo")
+
+# A kernel backend: fn(tensors: dict, spec) -> (out, probs) or None (= not covered, use reference).
+_kernel_backends: list[Callable] = []
+
+
+def register_kernels(fn: Callable) -> Callable:
+    """Give ``fn`` the first chance to run the block (the last registered goes first)."""
+    _kernel_backends.insert(0, fn)
+    return fn
+
+
+def _no_probs(x: torch.Tensor) -> torch.Tensor:
+    return x.new_empty((0,))
+
+
+@torch.library.custom_op(OP_NAME, mutates_args=())
+def attention_block(
+    x: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor,
+    bq: Optional[torch.Tensor], bk: Optional[torch.Tensor], bv: Optional[torch.Tensor],
+    q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor],
+    cos: Optional[torch.Tensor], sin: Optional[torch.Tensor],
+    inv_freq: Optional[torch.Tensor], position_ids: Optional[torch.Tensor],
+    attn_mask: Optional[torch.Tensor], wo: Optional[torch.Tensor], bo: Optional[torch.Tensor],
+    num_heads: int, num_kv_heads: int, head_dim: int, norm: str, eps: float, rope: str,
+    rotary_dim: int, core: str, scale: float, scale_op: str, causal: bool, mask: str,
+    mask_fill: float, return_probs: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    spec = BlockSpec(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, norm=norm,
+                     eps=eps, rope=rope, rotary_dim=rotary_dim, core=core, scale=scale,
+                     scale_op=scale_op, causal=causal, mask=mask, mask_fill=mask_fill,
+                     return_probs=return_probs)
+    tensors = dict(zip(_TENSOR_ARGS, (x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos,
+                                      sin, inv_freq, position_ids, attn_mask, wo, bo)))
+    for backend in _kernel_backends:
+        result = backend(tensors, spec)
+        if result is not None:
+            return result
+    with torch.no_grad():
+        out, probs = attention_block_reference(**tensors, spec=spec)
+    return out.contiguous(), (probs.contiguous() if return_probs else _no_probs(x))
+
+
+@attention_block.register_fake
+def _(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin, inv_freq, position_ids,
+      attn_mask, wo, bo, num_heads, num_kv_heads, head_dim, norm, eps, rope, rotary_dim, core,
+      scale, scale_op, causal, mask, mask_fill, return_probs):
+    b, s, _ = x.shape
+    width = wo.shape[0] if wo is not None else num_heads * head_dim
+    out = x.new_empty((b, s, width))
+    probs = x.new_empty((b, num_heads, s, s)) if return_probs else _no_probs(x)
+    return out, probs
+
+
+def call_attention_block(spec: BlockSpec, **tensors):
+    """Eager convenience: run the op from a BlockSpec and named tensors (missing ones are None)."""
+    unknown = set(tensors) - set(_TENSOR_ARGS)
+    if unknown:
+        raise TypeError(f"attention_block got unknown tensors {sorted(unknown)}")
+    args = [tensors.get(name) for name in _TENSOR_ARGS]
+    return torch.ops.inductor_gqa.attention_block(*args, **spec.op_kwargs())

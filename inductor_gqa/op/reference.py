@@ -1,0 +1,130 @@
+"""PyTorch reference for the fused attention block: eager numerics, same casts, same order.
+
+This is the op's implementation wherever no kernel applies, and the oracle the kernels are tested
+against. It must stay a literal transcription of the eager code the matcher accepts.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..plan.spec import BlockSpec
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, spec: BlockSpec) -> torch.Tensor:
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + spec.eps)
+    if spec.norm == "fp32_weight":
+        return (h * w.to(torch.float32)).to(dtype)
+    if spec.norm == "fp32_one_plus_weight":
+        return (h * (1.0 + w.to(torch.float32))).to(dtype)
+    if spec.norm == "cast_weight":
+        return w * h.to(dtype)
+    raise AssertionError(spec.norm)
+
+
+def rope_cos_sin(inv_freq: torch.Tensor, position_ids: torch.Tensor, dtype: torch.dtype,
+                 style: str):
+    """cos/sin [B, S, rotary_dim] from inv_freq [rotary_dim/2] and position_ids [B, S]."""
+    freqs = (inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+             @ position_ids[:, None, :].float()).transpose(1, 2)
+    if style == "half":
+        emb = torch.cat((freqs, freqs), dim=-1)
+    else:
+        emb = torch.repeat_interleave(freqs, 2, dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _rotate(x: torch.Tensor, style: str) -> torch.Tensor:
+    if style == "half":
+        half = x.shape[-1] // 2
+        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, spec: BlockSpec):
+    """x [B, H, S, D]; cos/sin broadcastable to [B, S, rotary_dim]."""
+    r = spec.rotary_dim
+    cos = _as_bsd(cos).unsqueeze(1)
+    sin = _as_bsd(sin).unsqueeze(1)
+    if r == x.shape[-1]:
+        return x * cos + _rotate(x, spec.rope) * sin
+    x_rot, x_pass = x[..., :r], x[..., r:]
+    return torch.cat((x_rot * cos + _rotate(x_rot, spec.rope) * sin, x_pass), dim=-1)
+
+
+def _as_bsd(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dim() == 3 else t.reshape(-1, t.shape[-2], t.shape[-1])
+
+
+def _repeat_kv(t: torch.Tensor, groups: int) -> torch.Tensor:
+    if groups == 1:
+        return t
+    b, h, s, d = t.shape
+    return t[:, :, None].expand(b, h, groups, s, d).reshape(b, h * groups, s, d)
+
+
+def attention_core(q, k, v, attn_mask, spec: BlockSpec):
+    """q [B, H, S, D], k/v [B, Hkv, S, D] -> (o [B, H, S, D], probs or None)."""
+    k = _repeat_kv(k, spec.groups)
+    v = _repeat_kv(v, spec.groups)
+    if spec.core == "sdpa":
+        mask = attn_mask
+        if spec.causal and mask is not None:
+            # SDPA forbids is_causal with a mask: fold the causal part into the mask, exactly.
+            causal = _causal_keep(q.shape[-2], k.shape[-2], q.device)
+            mask = (mask & causal) if mask.dtype == torch.bool else mask.masked_fill(
+                ~causal, float("-inf"))
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=spec.scale), None
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=spec.causal, scale=spec.scale), None
+    s = torch.matmul(q, k.transpose(2, 3))
+    s = s * spec.scale if spec.scale_op == "mul" else s / spec.scale
+    if spec.causal:
+        s = s.masked_fill(~_causal_keep(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+    if spec.mask == "bool_fill":
+        s = s.masked_fill(attn_mask, spec.mask_fill)
+    elif spec.mask == "bool_keep":
+        s = s.masked_fill(~attn_mask, float("-inf"))
+    elif spec.mask == "additive":
+        s = s + attn_mask
+    p = F.softmax(s, dim=-1, dtype=torch.float32).to(v.dtype)
+    return torch.matmul(p, v), p
+
+
+def _causal_keep(sq: int, sk: int, device) -> torch.Tensor:
+    return torch.ones(sq, sk, dtype=torch.bool, device=device).tril(diagonal=sk - sq)
+
+
+def project_qkv(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin, inv_freq,
+                position_ids, spec: BlockSpec):
+    """x [B, S, E] -> q [B, H, S, D], k/v [B, Hkv, S, D] after bias, norm and RoPE."""
+    b, s, _ = x.shape
+    d = spec.head_dim
+    q = F.linear(x, wq, bq).view(b, s, spec.num_heads, d)
+    k = F.linear(x, wk, bk).view(b, s, spec.num_kv_heads, d)
+    v = F.linear(x, wv, bv).view(b, s, spec.num_kv_heads, d)
+    if spec.norm != "none":
+        q = rms_norm(q, q_norm_weight, spec)
+        k = rms_norm(k, k_norm_weight, spec)
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if spec.rope != "none":
+        if cos is None:
+            cos, sin = rope_cos_sin(inv_freq, position_ids, x.dtype, spec.rope)
+        q = apply_rope(q, cos, sin, spec)
+        k = apply_rope(k, cos, sin, spec)
+    return q, k, v
+
+
+def attention_block_reference(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin,
+                              inv_freq, position_ids, attn_mask, wo, bo, spec: BlockSpec):
+    q, k, v = project_qkv(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin,
+                          inv_freq, position_ids, spec)
+    o, probs = attention_core(q, k, v, attn_mask, spec)
+    b, _, s, _ = q.shape
+    o = o.transpose(1, 2).contiguous().view(b, s, spec.num_heads * spec.head_dim)
+    if wo is not None:
+        o = F.linear(o, wo, bo)
+    return o, probs

@@ -1,0 +1,88 @@
+"""BlockSpec: every static fact the fused attention op needs, in one place.
+
+The matcher fills a BlockSpec from the graph; the op's schema carries exactly these fields as its
+scalar arguments; kernels and the reference read them back. Keep the three in step by going through
+``BlockSpec.op_kwargs`` / ``BlockSpec.from_op_args``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+NORMS = ("none", "fp32_weight", "cast_weight", "fp32_one_plus_weight")
+ROPES = ("none", "half", "interleaved")
+CORES = ("sdpa", "explicit")
+SCALE_OPS = ("mul", "div")
+MASKS = ("none", "bool_keep", "bool_fill", "additive")
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSpec:
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    # Per-head RMSNorm on q and k (both or neither), computed in float32:
+    #   fp32_weight:          (x.float() * rsqrt(mean(x^2) + eps) * w.float()).to(dtype)
+    #   cast_weight:          (x.float() * rsqrt(mean(x^2) + eps)).to(dtype) * w
+    #   fp32_one_plus_weight: (x.float() * rsqrt(mean(x^2) + eps) * (1 + w.float())).to(dtype)
+    norm: str = "none"
+    eps: float = 1e-6
+    # RoPE on the first rotary_dim features of q and k, after the norm.
+    #   half:        x * cos + cat(-x2, x1) * sin          (x1, x2 = halves)
+    #   interleaved: x * cos + stack(-x[1::2], x[::2]).flatten(-2) * sin   (GPT-J)
+    rope: str = "none"
+    rotary_dim: int = 0
+    # Attention core.
+    #   sdpa:     F.scaled_dot_product_attention semantics (scale = its scale argument)
+    #   explicit: s = q @ k^T; s = s * scale (scale_op mul) or s / scale (div); mask; softmax in
+    #             float32; cast to v's dtype; @ v
+    core: str = "sdpa"
+    scale: float = 1.0
+    scale_op: str = "mul"
+    causal: bool = False
+    # Mask tensor passed in (broadcastable to [B, H, S, S]):
+    #   bool_keep: True = attend (SDPA convention);  bool_fill: True = replaced by mask_fill
+    #   additive:  added to the scores
+    mask: str = "none"
+    mask_fill: float = float("-inf")
+    return_probs: bool = False
+
+    def __post_init__(self):
+        def need(cond, what):
+            if not cond:
+                raise ValueError(f"inductor_gqa BlockSpec: {what} (got {self})")
+
+        need(self.num_heads > 0 and self.num_kv_heads > 0, "head counts must be positive")
+        need(self.num_heads % self.num_kv_heads == 0, "num_heads must be a multiple of num_kv_heads")
+        need(self.head_dim > 0, "head_dim must be positive")
+        need(self.norm in NORMS, f"norm must be one of {NORMS}")
+        need(self.rope in ROPES, f"rope must be one of {ROPES}")
+        need(self.core in CORES, f"core must be one of {CORES}")
+        need(self.scale_op in SCALE_OPS, f"scale_op must be one of {SCALE_OPS}")
+        need(self.mask in MASKS, f"mask must be one of {MASKS}")
+        if self.rope != "none":
+            need(0 < self.rotary_dim <= self.head_dim and self.rotary_dim % 2 == 0,
+                 "rotary_dim must be even and in (0, head_dim]")
+        need(not (self.return_probs and self.core == "sdpa"), "sdpa core cannot return probabilities")
+        need(not (self.core == "sdpa" and self.mask == "bool_fill"), "sdpa takes bool_keep masks")
+
+    @property
+    def groups(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def effective_scale(self) -> float:
+        return self.scale if self.scale_op == "mul" else 1.0 / self.scale
+
+    def op_kwargs(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_op_args(cls, **kw) -> "BlockSpec":
+        return cls(**kw)
+
+
+SCHEMA_SCALARS = (
+    "int num_heads, int num_kv_heads, int head_dim, str norm, float eps, str rope, int rotary_dim, "
+    "str core, float scale, str scale_op, bool causal, str mask, float mask_fill, bool return_probs"
+)
