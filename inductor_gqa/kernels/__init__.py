@@ -1,0 +1,1 @@
+"""Triton kernels of the fused GQA attention block (projection epilogue, flash attention)."""

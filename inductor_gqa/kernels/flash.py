@@ -1,0 +1,169 @@
+"""Flash-attention forward for grouped-query attention, one template with constexpr switches.
+
+* GQA natively: program (m-tile, b*H + h) reads KV head h // groups straight from the projection
+  output (strided [B, S, heads, D] views); programs of query heads that share a KV head are
+  adjacent in launch order, so its K/V tiles are served from L2. repeat_kv is never formed.
+* MODE 0: one pass, online softmax (no probabilities).
+  MODE 1 + MODE 2: the probabilities path. Pass 1 stores per-row max and sum of exp (base 2);
+  pass 2 recomputes the scores, writes the normalized probabilities exactly once and accumulates
+  P @ V. No other S x S tensor exists.
+* Masks, in the eager order: scale, causal (-inf), bool_fill (mask_fill), bool_keep (-inf),
+  additive. Causal tiles wholly above the diagonal are skipped (and, for probabilities, written as
+  zeros without computing) except with bool_fill, whose finite fill overrides the causal -inf.
+* Output goes directly to [B, S, H*D] (strided), ready for o_proj.
+* Ragged S: every tile is masked on the sequence bounds.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+MASK_CODES = {"none": 0, "bool_keep": 1, "bool_fill": 2, "additive": 3}
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _scores(q, k_ptrs, kmask, offs_m, offs_n, S, scale, mask_ptr, mrow_off, sm_k, mask_fill,
+            start_m, start_n,
+            CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, PREC: tl.constexpr,
+            UPCAST: tl.constexpr):
+    k = tl.load(k_ptrs, mask=kmask, other=0.0)
+    if UPCAST:
+        k = k.to(tl.float32)
+    s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale
+    valid_n = offs_n < S
+    if CAUSAL:
+        s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float("-inf"))
+    if MASK_KIND != 0:
+        mm = (offs_m[:, None] < S) & valid_n[None, :]
+        mv = tl.load(mask_ptr + mrow_off[:, None] + offs_n[None, :].to(tl.int64) * sm_k, mask=mm,
+                     other=0)
+        if MASK_KIND == 1:
+            s = tl.where(mv != 0, s, float("-inf"))
+        elif MASK_KIND == 2:
+            s = tl.where(mv != 0, mask_fill, s)
+        else:
+            s = s + mv.to(tl.float32)
+    s = tl.where(valid_n[None, :], s, float("-inf"))
+    return s * 1.4426950408889634
+
+
+@triton.jit
+def gqa_attention_kernel(
+        Q, K, V, O, P, MASK, ML,
+        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, so_b, so_s, so_h,
+        sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
+        H, G, S, scale, mask_fill,
+        D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
+        UPCAST: tl.constexpr):
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh - b * H
+    kvh = h // G
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_nb = tl.arange(0, BLOCK_N)
+    m_ok = offs_m < S
+    d_ok = offs_d < D
+    b64 = b.to(tl.int64)
+    q_ptrs = Q + b64 * sq_b + h * sq_h + offs_m[:, None].to(tl.int64) * sq_s + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    k_base = K + b64 * sk_b + kvh * sk_h + offs_d[None, :]
+    v_base = V + b64 * sv_b + kvh * sv_h + offs_d[None, :]
+    mrow_off = b64 * sm_b + h.to(tl.int64) * sm_h + offs_m.to(tl.int64) * sm_q
+
+    if CAUSAL and MASK_KIND != 2:
+        hi = tl.minimum(S, (start_m + 1) * BLOCK_M)
+    else:
+        hi = S
+
+    ml_off = bh.to(tl.int64) * S + offs_m
+    if MODE == 2:
+        m_i = tl.load(ML + ml_off * 2, mask=m_ok, other=0.0)
+        l_i = tl.load(ML + ml_off * 2 + 1, mask=m_ok, other=1.0)
+        m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
+        inv_l = 1.0 / l_i
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    if MODE == 2:
+        p_row = P + b64 * sp_b + h.to(tl.int64) * sp_h + offs_m[:, None].to(tl.int64) * sp_s
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + offs_nb
+        n_ok = offs_n < S
+        kv_mask = n_ok[:, None] & d_ok[None, :]
+        t = _scores(q, k_base + offs_n[:, None].to(tl.int64) * sk_s, kv_mask, offs_m, offs_n, S,
+                    scale, MASK, mrow_off, sm_k, mask_fill, start_m, start_n,
+                    CAUSAL, MASK_KIND, PREC, UPCAST)
+        if MODE == 2:
+            p = tl.exp2(t - m_use[:, None]) * inv_l[:, None]
+            p_out = p.to(P.dtype.element_ty)
+            tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :])
+            v = tl.load(v_base + offs_n[:, None].to(tl.int64) * sv_s, mask=kv_mask, other=0.0)
+            if UPCAST:
+                acc += tl.dot(p_out.to(tl.float32), v.to(tl.float32), input_precision=PREC)
+            else:
+                acc += tl.dot(p_out.to(V.dtype.element_ty), v, input_precision=PREC)
+        else:
+            m_new = tl.maximum(m_i, tl.max(t, 1))
+            m_u = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp2(t - m_u[:, None])
+            alpha = tl.exp2(m_i - m_u)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            m_i = m_new
+            if MODE == 0:
+                v = tl.load(v_base + offs_n[:, None].to(tl.int64) * sv_s, mask=kv_mask,
+                            other=0.0)
+                acc = acc * alpha[:, None]
+                if UPCAST:
+                    acc += tl.dot(p.to(V.dtype.element_ty).to(tl.float32), v.to(tl.float32),
+                                  input_precision=PREC)
+                else:
+                    acc += tl.dot(p.to(V.dtype.element_ty), v, input_precision=PREC)
+    if MODE == 1:
+        tl.store(ML + ml_off * 2, m_i, mask=m_ok)
+        tl.store(ML + ml_off * 2 + 1, l_i, mask=m_ok)
+    else:
+        if MODE == 2:
+            # causal tiles above the diagonal: zeros, written once, nothing computed
+            zeros = tl.zeros([BLOCK_M, BLOCK_N], P.dtype.element_ty)
+            for start_n in range(hi, S, BLOCK_N):
+                offs_n = start_n + offs_nb
+                tl.store(p_row + offs_n[None, :], zeros, mask=m_ok[:, None] & (offs_n < S)[None, :])
+        else:
+            acc = acc / l_i[:, None]
+        o_ptrs = (O + b64 * so_b + h * so_h + offs_m[:, None].to(tl.int64) * so_s
+                  + offs_d[None, :])
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+
+
+def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
+           mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
+           num_stages):
+    """q [B,S,H,D]-strided view given as (tensor, strides b,h,s); same for k, v; out [B,S,H*D]."""
+    (Qt, sq), (Kt, sk), (Vt, sv) = q, k, v
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    if mask is not None:
+        sm = mask.stride()
+        mask_t = mask
+    else:
+        sm = (0, 0, 0, 0)
+        mask_t = Qt
+    p_t = probs if probs is not None else out
+    sp = (probs.stride(0), probs.stride(1), probs.stride(2)) if probs is not None else (0, 0, 0)
+    ml_t = ml if ml is not None else out
+    grid = (triton.cdiv(seq, block_m), batch * num_heads)
+    gqa_attention_kernel[grid](
+        Qt, Kt, Vt, out, p_t, mask_t, ml_t,
+        *sq, *sk, *sv, out.stride(0), out.stride(1), head_dim,
+        *sp, *sm,
+        num_heads, groups, seq, float(scale), float(mask_fill),
+        D=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
+        MASK_KIND=mask_kind, MODE=mode, PREC=prec, UPCAST=upcast,
+        num_warps=num_warps, num_stages=num_stages)

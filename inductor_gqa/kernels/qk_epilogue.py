@@ -1,0 +1,162 @@
+"""Fused projection epilogue: per-head RMSNorm (fp32) + RoPE on the q and k GEMM outputs, in place.
+
+The Q/K/V GEMMs (with their bias) run in cuBLAS (``F.linear``); their outputs are [B*S, heads*D]
+row-major, i.e. already the [B, S, heads, D] layout the attention kernel reads through strides. This
+kernel rewrites the q and k rows in place (one row = one token x head), so no transposed copy is
+made and V is never touched. One launch covers q and k (grid axis 1 picks the tensor).
+
+Numerics follow the eager reference: norm in fp32, its result rounded to the activation dtype, the
+weight applied per ``norm`` style, RoPE angles either loaded (cos/sin, rounded as given) or computed
+in-kernel as the exact fp32 product position * inv_freq, rounded to the activation dtype like
+``emb.cos().to(dtype)``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+try:  # accurate cos/sin for large angles on the GPU (tl.cos may lower to an approximation)
+    from triton.language.extra import libdevice
+except Exception:  # pragma: no cover
+    libdevice = None
+
+NORM_CODES = {"none": 0, "fp32_weight": 1, "cast_weight": 2, "fp32_one_plus_weight": 3}
+ROPE_CODES = {"none": 0, "half": 1, "interleaved": 2}
+
+
+@triton.jit
+def _round(x, DT: tl.constexpr):
+    # round an fp32 value to the activation dtype and back (no-op for fp32)
+    return x.to(DT).to(tl.float32)
+
+
+@triton.jit
+def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
+          cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
+          pos_ptr, pos_b, pos_s, invf_ptr,
+          D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
+          NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, ROPE_FROM_FREQ: tl.constexpr,
+          LIBDEVICE: tl.constexpr):
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_D)
+    rmask = rows < n_rows
+    cmask = cols < D
+    m2 = rmask[:, None] & cmask[None, :]
+    DT = x_ptr.dtype.element_ty
+    base = x_ptr + rows[:, None].to(tl.int64) * D
+    x = tl.load(base + cols[None, :], mask=m2, other=0.0).to(tl.float32)
+    if ROPE != 0:
+        HALF: tl.constexpr = R // 2
+        if ROPE == 1:
+            pcol = tl.where(cols < HALF, cols + HALF, cols - HALF)
+            sign = tl.where(cols < HALF, -1.0, 1.0)
+        else:
+            pcol = cols ^ 1
+            sign = tl.where((cols % 2) == 0, -1.0, 1.0)
+        in_rot = cols < R
+        pcol = tl.where(in_rot, pcol, cols)
+        xp = tl.load(base + pcol[None, :], mask=m2 & in_rot[None, :], other=0.0).to(tl.float32)
+    if NORM != 0:
+        ms = tl.sum(x * x, axis=1) / D
+        rs = 1.0 / tl.sqrt(ms + eps)
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+        x = x * rs[:, None]
+        if ROPE != 0:
+            wp = tl.load(w_ptr + pcol, mask=cmask, other=0.0).to(tl.float32)
+            xp = xp * rs[:, None]
+        if NORM == 1:
+            x = _round(x * w[None, :], DT)
+            if ROPE != 0:
+                xp = _round(xp * wp[None, :], DT)
+        elif NORM == 2:
+            x = _round(_round(x, DT) * w[None, :], DT)
+            if ROPE != 0:
+                xp = _round(_round(xp, DT) * wp[None, :], DT)
+        else:
+            x = _round(x * (1.0 + w[None, :]), DT)
+            if ROPE != 0:
+                xp = _round(xp * (1.0 + wp[None, :]), DT)
+    if ROPE != 0:
+        tok = rows // heads                      # b * S + s
+        bi = tok // S
+        si = tok - bi * S
+        rm = rmask[:, None] & in_rot[None, :]
+        if ROPE_FROM_FREQ:
+            pos = tl.load(pos_ptr + bi * pos_b + si * pos_s, mask=rmask, other=0).to(tl.float32)
+            if ROPE == 1:
+                fidx = tl.where(cols < HALF, cols, cols - HALF)
+            else:
+                fidx = cols // 2
+            f = tl.load(invf_ptr + fidx, mask=in_rot, other=0.0).to(tl.float32)
+            ang = pos[:, None] * f[None, :]
+            if LIBDEVICE:
+                c = libdevice.cos(ang)
+                s_ = libdevice.sin(ang)
+            else:
+                c = tl.cos(ang)
+                s_ = tl.sin(ang)
+            c = _round(c, DT)
+            s_ = _round(s_, DT)
+        else:
+            cso = bi[:, None].to(tl.int64) * cs_b + si[:, None] * cs_s + cols[None, :] * cs_d
+            c = tl.load(cos_ptr + cso, mask=rm, other=1.0).to(tl.float32)
+            s_ = tl.load(sin_ptr + cso, mask=rm, other=0.0).to(tl.float32)
+        y = x * c + (sign[None, :] * xp) * s_
+        x = tl.where(in_rot[None, :], y, x)
+    tl.store(base + cols[None, :], x.to(DT), mask=m2)
+
+
+@triton.jit
+def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps,
+                        cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
+                        pos_ptr, pos_b, pos_s, invf_ptr,
+                        D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
+                        NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
+                        ROPE_FROM_FREQ: tl.constexpr, LIBDEVICE: tl.constexpr):
+    pid = tl.program_id(0)
+    which = tl.program_id(1)
+    if which == 0:
+        if pid * ROWS < q_rows:
+            _rows(q_ptr, qw_ptr, q_rows, HQ, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
+                  pos_ptr, pos_b, pos_s, invf_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R,
+                  ROPE_FROM_FREQ, LIBDEVICE)
+    else:
+        if pid * ROWS < k_rows:
+            _rows(k_ptr, kw_ptr, k_rows, HK, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
+                  pos_ptr, pos_b, pos_s, invf_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R,
+                  ROPE_FROM_FREQ, LIBDEVICE)
+
+
+def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, inv_freq, position_ids,
+                  batch, seq, num_heads, num_kv_heads, head_dim, norm, eps, rope, rotary_dim,
+                  interpret=False):
+    """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin already [B, S, R]-
+    broadcast views (or None with inv_freq [R/2] and position_ids [B, S] broadcast views)."""
+    d = head_dim
+    q_rows = batch * seq * num_heads
+    k_rows = batch * seq * num_kv_heads
+    block_d = triton.next_power_of_2(d)
+    rows = max(1, min(64, 4096 // block_d))
+    dummy = q
+    from_freq = rope != "none" and cos is None
+    if rope != "none" and not from_freq:
+        cs = (cos.stride(0), cos.stride(1), cos.stride(2))
+    else:
+        cs = (0, 0, 0)
+    if from_freq:
+        pos = (position_ids.stride(0), position_ids.stride(1))
+    else:
+        pos = (0, 0)
+    grid = (triton.cdiv(q_rows, rows), 2)
+    qk_norm_rope_kernel[grid](
+        q, k,
+        q_norm_weight if norm != "none" else dummy, k_norm_weight if norm != "none" else dummy,
+        q_rows, k_rows, num_heads, num_kv_heads, seq, float(eps),
+        cos if (rope != "none" and not from_freq) else dummy,
+        sin if (rope != "none" and not from_freq) else dummy, *cs,
+        position_ids if from_freq else dummy, *pos, inv_freq if from_freq else dummy,
+        D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
+        R=rotary_dim if rope != "none" else 0, ROPE_FROM_FREQ=from_freq,
+        LIBDEVICE=(not interpret) and libdevice is not None,
+        num_warps=4)

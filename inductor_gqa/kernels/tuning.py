@@ -1,0 +1,73 @@
+"""Measured-once config choice per shape bucket.
+
+``pick(key, candidates, run)`` times every candidate the first time a key is seen (CUDA events,
+a few replays) and caches the winner; later calls are a dict lookup. No timing ever happens while a
+CUDA graph is being captured or under the Triton interpreter: then the first candidate is used
+(and not cached, so a later eager call can still measure).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+_CACHE: dict = {}
+TIMINGS: dict = {}   # key -> [(candidate, ms)], for the perf script's report
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def bucket(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _capturing() -> bool:
+    try:
+        return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    except Exception:
+        return True
+
+
+def time_ms(fn, reps: int = 5) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def pick(key, candidates, run):
+    """run(candidate) executes it once; returns the chosen candidate."""
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    if len(candidates) == 1 or interpreting() or _capturing():
+        return candidates[0]
+    results = []
+    for c in candidates:
+        try:
+            results.append((time_ms(lambda: run(c)), c))
+        except Exception:  # a config that does not compile / fit is just not a candidate
+            continue
+    if not results:
+        raise RuntimeError(f"inductor_gqa kernels: no config ran for {key}")
+    results.sort(key=lambda r: r[0])
+    TIMINGS[key] = [(c, ms) for ms, c in results]
+    _CACHE[key] = results[0][1]
+    return results[0][1]
+
+
+def clear():
+    _CACHE.clear()
+    TIMINGS.clear()

@@ -1,0 +1,200 @@
+"""GPU path of ``inductor_gqa::attention_block``: cuBLAS projections + fused Triton kernels.
+
+    q, k, v = F.linear(x, w*, b*)          cuBLAS, bias in its epilogue, [B*S, heads*D] each
+    qk_norm_rope_(q, k)                    one Triton launch: RMSNorm (fp32) + RoPE, in place
+    attention                              Triton flash kernel (GQA-native, masks, causal skip),
+                                           two-pass when probabilities are returned; or the
+                                           library SDPA where it measured faster and no
+                                           probabilities/masks are involved
+    F.linear(o, wo, bo)                    cuBLAS
+
+``run_block(tensors, spec)`` returns (out, probs) or None when a case is not covered (the op then
+runs the eager reference). It applies to CUDA tensors; CPU tensors only with
+``INDUCTOR_GQA_KERNELS_ON_CPU=1`` (interpreter tests). Nothing here syncs with the host after the
+first call of a shape bucket (which measures configs once and caches the choice).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+
+from ..kernels import flash, tuning
+from ..kernels.qk_epilogue import qk_norm_rope_
+from ..plan.spec import BlockSpec
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _enabled_for(x: torch.Tensor) -> bool:
+    if x.is_cuda:
+        return os.environ.get("INDUCTOR_GQA_KERNELS", "1") != "0"
+    return os.environ.get("INDUCTOR_GQA_KERNELS_ON_CPU", "0") == "1"
+
+
+def fp32_dot_precision() -> str:
+    """Read at call time: torch.get_float32_matmul_precision() -> Triton input_precision."""
+    if torch.get_float32_matmul_precision() == "highest":
+        return os.environ.get("INDUCTOR_GQA_FP32_HIGHEST", "tf32x3")
+    return "tf32"
+
+
+def _rope_tables(t, spec, b, s):
+    cos, sin = t["cos"], t["sin"]
+    if spec.rope == "none":
+        return None, None, None, None
+    r = spec.rotary_dim
+    if cos is not None:
+        if sin is None or cos.dtype != t["x"].dtype or sin.dtype != cos.dtype:
+            raise _NotCovered
+        c3 = cos if cos.dim() == 3 else cos.reshape(-1, cos.shape[-2], cos.shape[-1])
+        s3 = sin if sin.dim() == 3 else sin.reshape(-1, sin.shape[-2], sin.shape[-1])
+        if c3.shape[-1] != r or s3.shape[-1] != r:
+            raise _NotCovered
+        return torch.broadcast_to(c3, (b, s, r)), torch.broadcast_to(s3, (b, s, r)), None, None
+    inv, pos = t["inv_freq"], t["position_ids"]
+    if inv is None or pos is None or inv.numel() * 2 != r or pos.dim() != 2:
+        raise _NotCovered
+    if inv.dtype != torch.float32 or pos.dtype.is_floating_point:
+        raise _NotCovered
+    return None, None, inv.reshape(-1).contiguous(), torch.broadcast_to(pos, (b, s))
+
+
+class _NotCovered(Exception):
+    pass
+
+
+def _mask_view(t, spec, b, h, s):
+    m = t["attn_mask"]
+    if spec.mask == "none":
+        return None
+    if m is None or m.dim() > 4:
+        raise _NotCovered
+    if spec.mask in ("bool_keep", "bool_fill"):
+        if m.dtype != torch.bool:
+            raise _NotCovered
+        m = m.view(torch.uint8)
+    elif not m.dtype.is_floating_point:
+        raise _NotCovered
+    return torch.broadcast_to(m, (b, h, s, s))
+
+
+def _attention_configs(dtype, d, mode):
+    if tuning.interpreting():
+        return [(32, 32, 4, 1)]
+    if dtype == torch.float32:
+        if mode == 2:
+            return [(64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 8, 2), (128, 128, 8, 2),
+                    (32, 128, 4, 2)]
+        return [(64, 64, 4, 2), (128, 64, 8, 2), (128, 128, 8, 2), (64, 128, 4, 2)]
+    if d <= 64:
+        return [(128, 64, 4, 3), (128, 128, 8, 3), (64, 64, 4, 3)]
+    return [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3)]
+
+
+def run_block(t: dict, spec: BlockSpec):
+    x = t["x"]
+    if x is None or x.dim() != 3 or x.dtype not in _DTYPES or not _enabled_for(x):
+        return None
+    try:
+        return _run(t, spec)
+    except _NotCovered:
+        return None
+
+
+def _run(t, spec):
+    x = t["x"]
+    b, s, e = x.shape
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    dt = x.dtype
+    for name in ("wq", "wk", "wv", "bq", "bk", "bv", "wo", "bo", "q_norm_weight",
+                 "k_norm_weight", "attn_mask", "cos", "sin", "inv_freq", "position_ids"):
+        v = t[name]
+        if v is not None and v.device != x.device:
+            raise _NotCovered
+    for name in ("wq", "wk", "wv", "bq", "bk", "bv", "wo", "bo"):
+        v = t[name]
+        if v is not None and v.dtype != dt:
+            raise _NotCovered
+    if t["wq"].shape != (h * d, e) or t["wk"].shape != (hk * d, e) or t["wv"].shape != (hk * d, e):
+        raise _NotCovered
+    if d > 256 or d < 8 or s < 1:
+        raise _NotCovered
+    if spec.norm != "none":
+        qn, kn = t["q_norm_weight"], t["k_norm_weight"]
+        if qn is None or kn is None or qn.numel() != d or kn.numel() != d:
+            raise _NotCovered
+    cos, sin, inv, pos = _rope_tables(t, spec, b, s)
+    mask = _mask_view(t, spec, b, h, s)
+    interp = tuning.interpreting()
+
+    # 1. projections (cuBLAS, bias fused), each [B, S, heads*D] contiguous
+    q = F.linear(x, t["wq"], t["bq"])
+    k = F.linear(x, t["wk"], t["bk"])
+    v = F.linear(x, t["wv"], t["bv"])
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    # 2. norm + rope in place
+    if spec.norm != "none" or spec.rope != "none":
+        qk_norm_rope_(q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, inv, pos, b, s, h,
+                      hk, d, spec.norm, spec.eps, spec.rope, spec.rotary_dim, interpret=interp)
+    # 3. attention -> o [B, S, H*D]
+    o, probs = attention(q, k, v, mask, spec, b, s)
+    # 4. o_proj
+    out = F.linear(o, t["wo"], t["bo"]) if t["wo"] is not None else o
+    return out.contiguous(), (probs if spec.return_probs else x.new_empty((0,)))
+
+
+def _sdpa_ok(spec: BlockSpec, dt):
+    return (not spec.return_probs and spec.mask == "none" and dt != torch.float32
+            and not tuning.interpreting())
+
+
+def attention(q, k, v, mask, spec: BlockSpec, b, s):
+    """q [B,S,H*D], k/v [B,S,Hkv*D] contiguous -> (o [B,S,H*D], probs or None)."""
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    dt = q.dtype
+    qs = (q, (s * h * d, d, h * d))
+    ks = (k, (s * hk * d, d, hk * d))
+    vs = (v, (s * hk * d, d, hk * d))
+    scale = spec.scale if spec.core == "sdpa" else spec.effective_scale
+    prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
+    upcast = tuning.interpreting() and dt != torch.float32
+    mk = flash.MASK_CODES[spec.mask]
+    o = torch.empty((b, s, h * d), device=q.device, dtype=dt)
+    bucket = (tuning.bucket(s), tuning.bucket(b * h))
+    base_key = (dt, h, hk, d, spec.causal, mk, prec, bucket)
+
+    def run(mode, cfg, probs=None, ml=None):
+        if cfg == "sdpa":
+            return _sdpa(q, k, v, spec, b, s, scale)
+        bm, bn, nw, ns = cfg
+        flash.launch(qs, ks, vs, o, probs, mask, ml, b, s, h, spec.groups, d, scale,
+                     spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns)
+        return o
+
+    if not spec.return_probs:
+        cands = list(_attention_configs(dt, d, 0))
+        if _sdpa_ok(spec, dt):
+            cands.append("sdpa")
+        cfg = tuning.pick(base_key + (0,), cands, lambda c: run(0, c))
+        return run(0, cfg), None
+    probs = torch.empty((b, h, s, s), device=q.device, dtype=v.dtype)
+    ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
+    c1 = tuning.pick(base_key + (1,), _attention_configs(dt, d, 1), lambda c: run(1, c, None, ml))
+    run(1, c1, None, ml)
+    c2 = tuning.pick(base_key + (2,), _attention_configs(dt, d, 2),
+                     lambda c: run(2, c, probs, ml))
+    run(2, c2, probs, ml)
+    return o, probs
+
+
+def _sdpa(q, k, v, spec, b, s, scale):
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    q4 = q.view(b, s, h, d).transpose(1, 2)
+    k4 = k.view(b, s, hk, d).transpose(1, 2)
+    v4 = v.view(b, s, hk, d).transpose(1, 2)
+    r = F.scaled_dot_product_attention(q4, k4, v4, is_causal=spec.causal, scale=scale,
+                                       enable_gqa=spec.groups > 1)
+    return r.transpose(1, 2).reshape(b, s, h * d)

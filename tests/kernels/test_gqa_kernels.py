@@ -1,0 +1,199 @@
+"""Fused kernels vs the eager reference, on CPU through the Triton interpreter (small shapes)."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+os.environ["INDUCTOR_GQA_KERNELS_ON_CPU"] = "1"
+
+from inductor_gqa.op import call_attention_block  # noqa: E402
+from inductor_gqa.op.reference import attention_block_reference  # noqa: E402
+from inductor_gqa.plan.spec import BlockSpec  # noqa: E402
+from inductor_gqa.lower import block  # noqa: E402
+from inductor_gqa.workloads import check  # noqa: E402
+
+
+def _inputs(spec: BlockSpec, b, s, e, dtype, *, bias=False, wo=True, bo=False, cos_mode="freq",
+            cos_shape="bsr", mask_shape=(None, None), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+
+    def rn(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale).to(dtype)
+
+    t = dict(x=rn(b, s, e), wq=rn(h * d, e, scale=e ** -0.5), wk=rn(hk * d, e, scale=e ** -0.5),
+             wv=rn(hk * d, e, scale=e ** -0.5), bq=None, bk=None, bv=None, q_norm_weight=None,
+             k_norm_weight=None, cos=None, sin=None, inv_freq=None, position_ids=None,
+             attn_mask=None, wo=None, bo=None)
+    if bias:
+        t.update(bq=rn(h * d), bk=rn(hk * d), bv=rn(hk * d))
+    if wo:
+        t["wo"] = rn(e, h * d, scale=(h * d) ** -0.5)
+        if bo:
+            t["bo"] = rn(e)
+    if spec.norm != "none":
+        t["q_norm_weight"] = (1.0 + 0.3 * torch.randn(d, generator=g)).to(dtype)
+        t["k_norm_weight"] = (1.0 + 0.3 * torch.randn(d, generator=g)).to(dtype)
+    if spec.rope != "none":
+        r = spec.rotary_dim
+        if cos_mode == "freq":
+            t["inv_freq"] = 1.0 / 10000 ** (torch.arange(0, r, 2, dtype=torch.float32) / r)
+            t["position_ids"] = (torch.arange(s)[None] + 3 * torch.arange(b)[:, None]).contiguous()
+        else:
+            lead = {"bsr": (b, s), "1sr": (1, s), "sr": (s,), "b1sr": (b, 1, s)}[cos_shape]
+            ang = torch.rand(*lead, r, generator=g) * 2 * math.pi - math.pi
+            t["cos"], t["sin"] = ang.cos().to(dtype), ang.sin().to(dtype)
+    kind, shape = mask_shape
+    if spec.mask != "none":
+        full = torch.rand(b, h, s, s, generator=g)
+        if spec.mask in ("bool_keep", "bool_fill"):
+            m = full > 0.3
+            eye = torch.eye(s, dtype=torch.bool)
+            m = (m | eye) if spec.mask == "bool_keep" else (m & ~eye)
+        else:
+            m = (torch.randn(b, h, s, s, generator=g) * 2).to(dtype)
+        shape = shape or (b, h, s, s)
+        idx = tuple(slice(None) if n > 1 else slice(0, 1) for n in shape[-4:])
+        m = m[(slice(None),) * (4 - len(shape)) + idx] if len(shape) == 4 else m[0, 0]
+        t["attn_mask"] = m.reshape(shape).contiguous()
+    return t
+
+
+def _compare(spec, b, s, e, dtype, **kw):
+    t = _inputs(spec, b, s, e, dtype, **kw)
+    got = block.run_block(dict(t), spec)
+    assert got is not None, "kernels declined a covered case"
+    out, probs = got
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    assert out.shape == ref.shape and out.dtype == ref.dtype and out.is_contiguous()
+    if dtype == torch.float32:
+        torch.testing.assert_close(out, ref, atol=2e-4, rtol=2e-4)
+    else:
+        ok, frac = check(out, ref, 3e-2, 5e-2)
+        assert ok, frac
+    if spec.return_probs:
+        assert probs.shape == ref_p.shape and probs.dtype == ref_p.dtype
+        if dtype == torch.float32:
+            torch.testing.assert_close(probs, ref_p, atol=2e-5, rtol=1e-4)
+        else:
+            ok, frac = check(probs, ref_p, 1e-2, 5e-2)
+            assert ok, frac
+    else:
+        assert probs.numel() == 0
+
+
+F32 = torch.float32
+BF16 = torch.bfloat16
+
+
+# W075-like: fp32, RoPE from inv_freq, scale 1, probabilities, GQA 2:1
+@pytest.mark.parametrize("s", [5, 17, 33])
+@pytest.mark.parametrize("causal", [False, True])
+def test_w075_like(s, causal):
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, rope="half", rotary_dim=16,
+                     core="explicit", scale=1.0, causal=causal, return_probs=True)
+    _compare(spec, 2, s, 64, F32)
+
+
+# W092-like: bf16, bias, QK RMSNorm, RoPE from cos/sin, causal, scale 1/sqrt(d), GQA 4:1
+@pytest.mark.parametrize("s", [17, 33])
+def test_w092_like(s):
+    spec = BlockSpec(num_heads=4, num_kv_heads=1, head_dim=32, norm="fp32_weight", eps=1e-5,
+                     rope="half", rotary_dim=32, core="explicit", scale=32 ** -0.5, causal=True)
+    _compare(spec, 2, s, 64, BF16, bias=True, cos_mode="tensor")
+
+
+@pytest.mark.parametrize("norm", ["fp32_weight", "cast_weight", "fp32_one_plus_weight"])
+@pytest.mark.parametrize("rope,rdim", [("half", 32), ("interleaved", 32), ("half", 16),
+                                       ("interleaved", 8), ("none", 0)])
+def test_norm_rope_variants(norm, rope, rdim):
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=32, norm=norm, eps=1e-6, rope=rope,
+                     rotary_dim=rdim, core="sdpa", scale=32 ** -0.5, causal=False)
+    _compare(spec, 1, 17, 64, F32, bias=True, cos_mode="tensor")
+
+
+@pytest.mark.parametrize("rope,rdim", [("half", 16), ("interleaved", 32)])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_rope_from_freq(rope, rdim, dtype):
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=32, rope=rope, rotary_dim=rdim,
+                     core="sdpa", scale=32 ** -0.5, causal=True)
+    _compare(spec, 2, 17, 64, dtype, cos_mode="freq")
+
+
+@pytest.mark.parametrize("cos_shape", ["1sr", "sr", "b1sr"])
+def test_cos_broadcast(cos_shape):
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, rope="half", rotary_dim=16,
+                     core="sdpa", scale=0.25)
+    _compare(spec, 2, 9, 64, F32, cos_mode="tensor", cos_shape=cos_shape)
+
+
+@pytest.mark.parametrize("core,mask,fill,shape,causal", [
+    ("sdpa", "bool_keep", float("-inf"), None, False),
+    ("sdpa", "bool_keep", float("-inf"), (2, 1, 17, 17), True),
+    ("sdpa", "additive", float("-inf"), (17, 17), False),
+    ("explicit", "bool_keep", float("-inf"), (1, 1, 1, 17), False),
+    ("explicit", "bool_fill", float("-inf"), None, True),
+    ("explicit", "bool_fill", -1e4, (2, 1, 17, 17), True),
+    ("explicit", "additive", float("-inf"), (2, 4, 17, 17), True),
+])
+@pytest.mark.parametrize("probs", [False, True])
+def test_masks(core, mask, fill, shape, causal, probs):
+    if probs and core == "sdpa":
+        pytest.skip("sdpa core has no probabilities")
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, core=core, scale=0.25,
+                     scale_op="mul", causal=causal, mask=mask, mask_fill=fill,
+                     return_probs=probs)
+    _compare(spec, 2, 17, 64, F32, mask_shape=(mask, shape))
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("wo,bo", [(True, True), (False, False)])
+def test_sdpa_core_no_probs(dtype, wo, bo):
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=32, core="sdpa", scale=0.2,
+                     causal=True)
+    _compare(spec, 2, 33, 64, dtype, wo=wo, bo=bo)
+
+
+def test_explicit_div_scale_bf16_probs():
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=32, core="explicit", scale=4.0,
+                     scale_op="div", causal=True, return_probs=True)
+    _compare(spec, 1, 17, 64, BF16, bias=True)
+
+
+def test_head_dim_not_power_of_two():
+    spec = BlockSpec(num_heads=2, num_kv_heads=1, head_dim=24, rope="half", rotary_dim=24,
+                     norm="fp32_weight", core="explicit", scale=24 ** -0.5, return_probs=True)
+    _compare(spec, 1, 17, 48, F32, cos_mode="tensor")
+
+
+def test_through_op():
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, rope="half", rotary_dim=16,
+                     core="explicit", scale=1.0, return_probs=True)
+    t = _inputs(spec, 1, 9, 64, F32)
+    out, probs = call_attention_block(spec, **{k: v for k, v in t.items() if v is not None})
+    ref, ref_p = attention_block_reference(**t, spec=spec)
+    torch.testing.assert_close(out, ref, atol=2e-4, rtol=2e-4)
+    torch.testing.assert_close(probs, ref_p, atol=2e-5, rtol=1e-4)
+
+
+def test_cpu_without_opt_in_declines(monkeypatch):
+    monkeypatch.setenv("INDUCTOR_GQA_KERNELS_ON_CPU", "0")
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16)
+    t = _inputs(spec, 1, 5, 64, F32)
+    assert block.run_block(t, spec) is None
+
+
+def test_precision_read_at_call_time():
+    old = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert block.fp32_dot_precision() == "tf32"
+        torch.set_float32_matmul_precision("highest")
+        assert block.fp32_dot_precision() in ("ieee", "tf32x3")
+    finally:
+        torch.set_float32_matmul_precision(old)
