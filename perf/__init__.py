@@ -1,0 +1,1 @@
+"""Performance regression job for the fused GQA attention block (see docs/perf.md)."""
