@@ -7,6 +7,7 @@ Hugging Face attention classes. The perf job, the demo and the tests all use the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable
 
@@ -259,7 +260,9 @@ def make_inputs(workload: Workload, seq: int, batch: int, device="cpu", generato
                 hidden=None, num_heads=None, num_kv_heads=None, head_dim=None) -> dict:
     """Fresh random inputs for the function form, as the workload describes them.
 
-    The size overrides give reduced-size versions of the same block (for CPU runs and tests).
+    The size overrides give reduced-size versions of the same block (for CPU runs and tests); bind
+    the matching head counts into the function with ``workload_fn`` (hyperparameters stay Python
+    constants, as in real model code, so dynamic shapes only make B and S symbolic).
     """
     e = hidden or workload.hidden
     h = num_heads or workload.num_heads
@@ -277,8 +280,7 @@ def make_inputs(workload: Workload, seq: int, batch: int, device="cpu", generato
             position_ids=torch.arange(seq, device=dev)[None].expand(batch, seq).contiguous(),
             q_proj_weight=randn(h * d, e) * 0.02, k_proj_weight=randn(hk * d, e) * 0.02,
             v_proj_weight=randn(hk * d, e) * 0.02, o_proj_weight=randn(e, h * d) * 0.02,
-            inv_freq=(1.0 / 10000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d)).to(dev),
-            num_heads=h, num_kv_heads=hk, head_dim=d)
+            inv_freq=(1.0 / 10000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d)).to(dev))
     bf = torch.bfloat16
 
     def angles():
@@ -292,8 +294,15 @@ def make_inputs(workload: Workload, seq: int, batch: int, device="cpu", generato
         o_proj_weight=(randn(e, h * d) / math.sqrt(h * d)).to(bf),
         q_norm_weight=torch.ones(d, dtype=bf, device=dev),
         k_norm_weight=torch.ones(d, dtype=bf, device=dev),
-        cos=angles().cos().to(bf), sin=angles().sin().to(bf),
-        num_heads=h, num_kv_heads=hk, head_dim=d)
+        cos=angles().cos().to(bf), sin=angles().sin().to(bf))
+
+
+def workload_fn(workload: Workload, num_heads=None, num_kv_heads=None, head_dim=None):
+    """The workload's function with (possibly reduced) head counts bound as constants."""
+    h = num_heads or workload.num_heads
+    hk = num_kv_heads or workload.num_kv_heads
+    d = head_dim or workload.head_dim
+    return functools.partial(workload.fn, num_heads=h, num_kv_heads=hk, head_dim=d)
 
 
 def check(out: torch.Tensor, ref: torch.Tensor, atol_: float, rtol: float,

@@ -1,0 +1,56 @@
+"""Ways in: the ``inductor_gqa`` torch.compile backend, and install()/uninstall() for stock Inductor."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Optional
+
+import torch
+from torch._inductor import config as inductor_config
+
+from .graph_pass import AttentionBlockPass
+from .options import Options
+
+
+def install(options: Optional[Options] = None) -> AttentionBlockPass:
+    """Put our pass into stock Inductor; a joint-graph pass the user set before is chained."""
+    current = inductor_config.joint_custom_pre_pass
+    if isinstance(current, AttentionBlockPass):
+        current = current.chain
+    p = AttentionBlockPass(options, chain=current)
+    inductor_config.joint_custom_pre_pass = p
+    return p
+
+
+def uninstall() -> None:
+    """Remove our pass, restoring whatever pass was configured before install()."""
+    current = inductor_config.joint_custom_pre_pass
+    if isinstance(current, AttentionBlockPass):
+        inductor_config.joint_custom_pre_pass = current.chain
+
+
+def is_installed() -> bool:
+    return isinstance(inductor_config.joint_custom_pre_pass, AttentionBlockPass)
+
+
+@contextlib.contextmanager
+def installed(options: Optional[Options] = None):
+    """``with inductor_gqa.installed(): torch.compile(model)(...)``"""
+    before = inductor_config.joint_custom_pre_pass
+    install(options)
+    try:
+        yield
+    finally:
+        inductor_config.joint_custom_pre_pass = before
+
+
+def inductor_gqa_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """``torch.compile(model, backend="inductor_gqa")``: stock Inductor plus our pass."""
+    from torch._inductor.compile_fx import compile_fx
+
+    options = kwargs.pop("options", None)
+    current = inductor_config.joint_custom_pre_pass
+    if isinstance(current, AttentionBlockPass):
+        current = current.chain
+    p = AttentionBlockPass(options if isinstance(options, Options) else None, chain=current)
+    return compile_fx(gm, example_inputs, config_patches={"joint_custom_pre_pass": p})

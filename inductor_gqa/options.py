@@ -1,0 +1,15 @@
+"""User-visible options of the pass. Everything here feeds the pass's uuid (FX graph cache key)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    # head_dim values the fused kernels are built for; other sizes are left to stock Inductor.
+    head_dims: tuple = (16, 32, 64, 128, 256)
+    # Fuse blocks whose core is F.scaled_dot_product_attention.
+    fuse_sdpa: bool = True
+    # Fuse blocks written as explicit matmul -> softmax -> matmul chains.
+    fuse_explicit: bool = True

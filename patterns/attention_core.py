@@ -1,0 +1,287 @@
+"""The attention core: SDPA calls, or the explicit chain matmul -> scale -> mask -> softmax -> @ v.
+
+Anchors are softmax nodes and SDPA nodes. ``match_core`` returns a Core describing q/k/v (in
+[B, H or Hkv, S, D] form, before any matmul reshapes), the attention output node [B, H, S, D], and
+the static facts (scale, causal, mask kind) for the BlockSpec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import torch
+from torch.fx import Node
+
+from inductor_gqa.find.graph import (CASTS, VIEWS, Reject, arg, dtype, is_op, is_permute, same,
+                                     scalar, shape, through_noop_expand, through_views)
+
+from .masks import classify_masked_positions, is_constant_mask
+
+aten, prims = torch.ops.aten, torch.ops.prims
+
+SDPA_OPS = tuple(
+    getattr(aten, name).default for name in (
+        "scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+        "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
+    if hasattr(aten, name))
+_DROPOUT = (aten.native_dropout.default, aten.bernoulli.default, aten.bernoulli.p, aten.rand.default,
+            aten.rand_like.default)
+
+
+@dataclasses.dataclass
+class Core:
+    kind: str                 # "sdpa" | "explicit"
+    q: Node                   # [B, H, S, D]
+    k: Node                   # [B, H or Hkv, S, D]
+    v: Node
+    out: Node                 # [B, H, S, D] attention output
+    scale: float = 1.0
+    scale_op: str = "mul"
+    causal: bool = False
+    mask: str = "none"
+    mask_node: Optional[Node] = None
+    mask_fill: float = float("-inf")
+    probs: Optional[Node] = None     # node holding the probabilities multiplied with v
+    anchor: Optional[Node] = None
+
+
+def anchors(graph) -> list[Node]:
+    """Softmax and SDPA nodes, in graph order."""
+    return [n for n in graph.nodes if is_op(n, *SDPA_OPS) or is_softmax(n) is not None]
+
+
+def is_softmax(node: Node) -> Optional[Node]:
+    """The softmax input if ``node`` is a softmax over the last dim (decomposed or not)."""
+    if is_op(node, aten._softmax.default, aten._safe_softmax.default):
+        x = node.args[0]
+        return x if node.args[1] in (-1, len(shape(x)) - 1) else None
+    if not is_op(node, aten.div.Tensor):
+        return None
+    e, s = node.args
+    if not (is_op(e, aten.exp.default) and is_op(s, aten.sum.dim_IntList) and s.args[0] is e):
+        return None
+    last = len(shape(node)) - 1
+    if list(s.args[1]) not in ([-1], [last]) or not (len(s.args) > 2 and s.args[2]):
+        return None
+    sub = e.args[0]
+    if not is_op(sub, aten.sub.Tensor):
+        return None
+    x, mx = sub.args
+    if not (is_op(mx, aten.amax.default) and mx.args[0] is x and list(mx.args[1]) in ([-1], [last])):
+        return None
+    return x
+
+
+# ----------------------------------------------------------------------------------- matmul pieces
+def _bmm_operand_4d(node: Node) -> Node:
+    """Undo a matmul decomposition's flattening: [B*H, S, D] operand -> the [B, H, S, D] tensor."""
+    n = through_noop_expand(node)
+    if is_op(n, *VIEWS):
+        src = through_noop_expand(n.args[0])
+        if len(shape(src)) == 4 and len(shape(n)) == 3:
+            b, h, s, d = shape(src)
+            if same(shape(n)[0], b * h) and same(shape(n)[1], s) and same(shape(n)[2], d):
+                return src
+    if len(shape(n)) == 4:
+        return n
+    raise Reject("attention matmul not recognized", f"operand {n}")
+
+
+def _matmul_4d(node: Node) -> Optional[tuple[Node, Node]]:
+    """(a, b) for a node computing a 4-D matmul a @ b (as view(bmm(...)) or a plain matmul)."""
+    n = node
+    if is_op(n, *VIEWS):
+        n = n.args[0]
+    if is_op(n, aten.bmm.default):
+        return _bmm_operand_4d(n.args[0]), _bmm_operand_4d(n.args[1])
+    if is_op(n, aten.matmul.default):
+        return n.args[0], n.args[1]
+    return None
+
+
+def _strip_cast(n: Node) -> Node:
+    return n.args[0] if is_op(n, *CASTS) else n
+
+
+# ----------------------------------------------------------------------------------------- explicit
+def _match_explicit(softmax: Node, x: Node) -> Core:
+    probs = softmax
+    users = list(probs.users)
+    if len(users) == 1 and is_op(users[0], *CASTS):
+        probs = users[0]
+    pv = None
+    for u in probs.users:
+        if is_op(u, *_DROPOUT) or any(is_op(w, *_DROPOUT) for w in u.users):
+            raise Reject("dropout is active")
+        cand = u
+        while is_op(cand, aten.expand.default, *VIEWS) and len(cand.users) == 1:
+            cand = next(iter(cand.users))
+        if is_op(cand, aten.bmm.default) and _bmm_operand_4d(cand.args[0]) is probs:
+            pv = cand
+        elif is_op(cand, aten.mul.Tensor, aten.div.Tensor) and cand is u:
+            raise Reject("dropout is active", "probabilities scaled before @ v")
+    if pv is None:
+        raise Reject("softmax not followed by @ v")
+    out = next(iter(pv.users)) if len(pv.users) == 1 else pv
+    if not (is_op(out, *VIEWS) and len(shape(out)) == 4):
+        raise Reject("attention output not recognized")
+    v = _bmm_operand_4d(pv.args[1])
+
+    # Walk back from the softmax input: cast, masks, softcap, scale, the scores matmul.
+    n = _strip_cast(x) if dtype(x) == torch.float32 else x
+    scores_dtype = dtype(n)
+    causal, mask_kind, mask_node, mask_fill = False, "none", None, float("-inf")
+    seq = shape(n)[-1]
+    for _ in range(4):
+        if is_op(n, aten.where.self):
+            cond, fill, rest = n.args
+            fill_v = scalar(fill)
+            if fill_v is None:
+                raise Reject("mask not recognized", "fill value is not a constant")
+            if is_constant_mask(cond):
+                classify_masked_positions("fill", cond, fill_v, seq)
+                causal = True
+            elif mask_kind == "none":
+                mask_kind, mask_node, mask_fill = "bool_fill", cond, fill_v
+            else:
+                raise Reject("mask not recognized", "several mask tensors")
+            n = rest
+        elif is_op(n, aten.masked_fill.Scalar, aten.masked_fill.Tensor):
+            rest, cond, fill = n.args
+            fill_v = scalar(fill)
+            if fill_v is None:
+                raise Reject("mask not recognized", "fill value is not a constant")
+            if is_constant_mask(cond):
+                classify_masked_positions("fill", cond, fill_v, seq)
+                causal = True
+            elif mask_kind == "none":
+                mask_kind, mask_node, mask_fill = "bool_fill", cond, fill_v
+            else:
+                raise Reject("mask not recognized", "several mask tensors")
+            n = rest
+        elif is_op(n, aten.add.Tensor) and all(isinstance(a, Node) for a in n.args):
+            a, b = n.args
+            s_side, m_side = (a, b) if _looks_like_scores(a) else (b, a)
+            if is_constant_mask(m_side):
+                classify_masked_positions("additive", m_side, None, seq)
+                causal = True
+            elif mask_kind == "none":
+                mask_kind, mask_node = "additive", m_side
+            else:
+                raise Reject("mask not recognized", "several mask tensors")
+            n = s_side
+        elif is_op(n, aten.tanh.default) or (is_op(n, aten.mul.Tensor) and is_op(
+                n.args[0], aten.tanh.default)):
+            raise Reject("softcapping")
+        else:
+            break
+        n = _skip_cast_to(n, scores_dtype)
+
+    scale, scale_op = 1.0, "mul"
+    n = _skip_cast_to(n, scores_dtype)
+    if is_op(n, aten.mul.Tensor, aten.div.Tensor):
+        c = scalar(n.args[1])
+        if c is None:
+            raise Reject("scale not recognized", "scale is not a constant")
+        if is_op(n.args[0], aten.tanh.default):
+            raise Reject("softcapping")
+        scale, scale_op = c, ("mul" if is_op(n, aten.mul.Tensor) else "div")
+        n = n.args[0]
+    mm = _matmul_4d(n)
+    if mm is None:
+        if is_op(n, aten.tanh.default):
+            raise Reject("softcapping")
+        raise Reject("scores matmul not recognized", str(n.target))
+    q, kt = mm
+    if not is_permute(kt, (0, 1, 3, 2)):
+        raise Reject("scores matmul not recognized", "k is not transposed")
+    return Core("explicit", q, kt.args[0], v, out, scale=scale, scale_op=scale_op, causal=causal,
+                mask=mask_kind, mask_node=mask_node, mask_fill=mask_fill, probs=probs,
+                anchor=softmax)
+
+
+def _skip_cast_to(n: Node, dt: torch.dtype) -> Node:
+    """Skip a cast whose result has the scores' dtype: eager computes that step in opmath and
+    rounds to the same dtype, so the cast is part of the step, not a change of precision."""
+    while is_op(n, *CASTS) and dtype(n) == dt:
+        n = n.args[0]
+    return n
+
+
+def _looks_like_scores(n: Node) -> bool:
+    """The scores side of ``scores + mask`` (not a constant mask nor a plain input)."""
+    return not is_constant_mask(n) and n.op == "call_function" and not is_op(
+        through_views(n), aten.expand.default) and _reaches_bmm(n)
+
+
+def _reaches_bmm(n: Node, depth: int = 6) -> bool:
+    for _ in range(depth):
+        if is_op(n, aten.bmm.default, aten.matmul.default):
+            return True
+        if n.op != "call_function" or not n.args or not isinstance(n.args[0], Node):
+            return False
+        n = n.args[0]
+    return False
+
+
+# --------------------------------------------------------------------------------------------- sdpa
+def _match_sdpa(node: Node) -> Core:
+    q, k, v = node.args[:3]
+    dropout = arg(node, "dropout_p", 0.0)
+    if dropout:
+        raise Reject("dropout is active")
+    causal = bool(arg(node, "is_causal", False))
+    scale = arg(node, "scale", None)
+    d = shape(q)[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scalar(scale)
+    if scale is None:
+        raise Reject("scale not recognized")
+    mask = arg(node, "attn_mask", None)
+    if mask is None:
+        mask = arg(node, "attn_bias", None)
+    mask_kind, mask_node = "none", None
+    if mask is not None:
+        if is_constant_mask(mask):
+            if causal:
+                raise Reject("mask not recognized", "causal and a constant mask")
+            if dtype(mask) == torch.bool:
+                classify_masked_positions("keep", mask, None, shape(q)[-2])
+            else:
+                classify_masked_positions("additive", mask, None, shape(q)[-2])
+            causal = True
+        else:
+            kept = _bool_keep_of(mask)
+            if kept is not None:
+                mask_kind, mask_node = "bool_keep", kept
+            else:
+                mask_kind, mask_node = (
+                    "bool_keep" if dtype(mask) == torch.bool else "additive"), mask
+    out = node
+    if node.target is not aten.scaled_dot_product_attention.default:
+        outs = [u for u in node.users if u.target.__name__ == "getitem" and u.args[1] == 0]
+        if len(outs) != 1:
+            raise Reject("sdpa output not recognized")
+        out = outs[0]
+    return Core("sdpa", q, k, v, out, scale=scale, causal=causal, mask=mask_kind,
+                mask_node=mask_node, anchor=node)
+
+
+def _bool_keep_of(mask: Node) -> Optional[Node]:
+    """The bool mask m if ``mask`` is SDPA's conversion where(m, 0, -inf) of a keep-mask."""
+    if is_op(mask, aten.where.self):
+        cond, a, b = mask.args
+        if dtype(cond) == torch.bool and scalar(a) == 0.0 and (scalar(b) or 0) <= -1e30:
+            return cond
+    return None
+
+
+def match_core(anchor: Node) -> Core:
+    if is_op(anchor, *SDPA_OPS):
+        return _match_sdpa(anchor)
+    x = is_softmax(anchor)
+    if x is None:
+        raise Reject("not an attention anchor")
+    return _match_explicit(anchor, x)

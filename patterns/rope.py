@@ -1,0 +1,122 @@
+"""Rotary position embedding on q or k ([B, H, S, D]).
+
+Recognized: ``x * cos + rotate(x) * sin`` with rotate-half (``cat(-x2, x1)``) or interleaved
+(GPT-J: ``stack(-x[1::2], x[::2]).flatten(-2)``), on the whole head or on the first r features
+(``cat(rope(x[..., :r]), x[..., r:])``). cos/sin are whatever the graph computed (inputs, or built
+from inv_freq and position_ids); they must broadcast over heads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+from torch.fx import Node
+
+from inductor_gqa.find.graph import VIEWS, Reject, dtype, is_op, same, shape
+
+aten = torch.ops.aten
+_END = (None, 2 ** 63 - 1)
+
+
+@dataclasses.dataclass
+class Rope:
+    x: Node            # the input [B, H, S, D]
+    cos: Node
+    sin: Node
+    style: str         # "half" | "interleaved"
+    rotary_dim: int
+
+
+def _slice(n: Node):
+    """(src, start, end, step) for a last-dim slice, else None."""
+    if not is_op(n, aten.slice.Tensor):
+        return None
+    src = n.args[0]
+    dim = n.args[1] if len(n.args) > 1 else 0
+    if dim not in (-1, len(shape(src)) - 1):
+        return None
+    start = n.args[2] if len(n.args) > 2 else 0
+    end = n.args[3] if len(n.args) > 3 else None
+    step = n.args[4] if len(n.args) > 4 else 1
+    if end in _END:
+        end = shape(src)[-1]
+    return src, start, end, step
+
+
+def _rotated(n: Node) -> Optional[tuple[Node, str]]:
+    """(x, style) if n == rotate(x)."""
+    if is_op(n, aten.cat.default) and len(n.args[0]) == 2:
+        a, b = n.args[0]
+        if is_op(a, aten.neg.default):
+            s2, s1 = _slice(a.args[0]), _slice(b)
+            if s1 and s2 and s1[0] is s2[0] and s1[3] == 1 and s2[3] == 1:
+                x, d = s1[0], shape(s1[0])[-1]
+                if same(s1[1], 0) and same(s1[2], d // 2) and same(s2[1], d // 2) and same(
+                        s2[2], d):
+                    return x, "half"
+        # interleaved: cat([unsqueeze(neg(x[1::2]), -1), unsqueeze(x[::2], -1)], -1) then view
+    if is_op(n, *VIEWS):
+        c = n.args[0]
+        if is_op(c, aten.cat.default) and len(c.args[0]) == 2:
+            ua, ub = c.args[0]
+            if is_op(ua, aten.unsqueeze.default) and is_op(ub, aten.unsqueeze.default):
+                a, b = ua.args[0], ub.args[0]
+                if is_op(a, aten.neg.default):
+                    s2, s1 = _slice(a.args[0]), _slice(b)
+                    if s1 and s2 and s1[0] is s2[0] and s1[3] == 2 and s2[3] == 2 and same(
+                            s1[1], 0) and same(s2[1], 1):
+                        return s1[0], "interleaved"
+    return None
+
+
+def _mul_parts(n: Node):
+    if is_op(n, aten.mul.Tensor) and all(isinstance(a, Node) for a in n.args):
+        return n.args
+    return None
+
+
+def match_rope(node: Node) -> Optional[Rope]:
+    """Rope if ``node`` is the RoPE output; None if it is not a RoPE at all."""
+    partial = None
+    if is_op(node, aten.cat.default) and len(node.args[0]) == 2:
+        rot_part, pass_part = node.args[0]
+        sp = _slice(pass_part)
+        if sp is not None and is_op(rot_part, aten.add.Tensor):
+            partial = sp
+            node = rot_part
+    if not is_op(node, aten.add.Tensor):
+        return None
+    for first, second in (node.args, node.args[::-1]):
+        m1, m2 = _mul_parts(first), _mul_parts(second)
+        if not (m1 and m2):
+            continue
+        for x, cos in (m1, m1[::-1]):
+            for rx, sin in (m2, m2[::-1]):
+                rot = _rotated(rx)
+                if rot is None or rot[0] is not x:
+                    continue
+                src, style = rot
+                r = shape(src)[-1]
+                if partial is not None:
+                    psrc, pstart, pend, _ = partial
+                    xs = _slice(src)
+                    if not (xs and xs[0] is psrc and same(xs[1], 0) and same(xs[2], pstart)):
+                        raise Reject("rope not recognized", "partial rotary slices disagree")
+                    src = psrc
+                for t in (cos, sin):
+                    ts = shape(t)
+                    if len(ts) == 4 and not same(ts[1], 1):
+                        raise Reject("rope not recognized", "cos/sin vary over heads")
+                    if dtype(t) != dtype(src):
+                        raise Reject("mixed dtypes", "cos/sin dtype differs from q/k")
+                return Rope(src, cos, sin, style, int(r))
+    return None
+
+
+def cos_sin_operand(t: Node) -> Node:
+    """The cos/sin tensor without the head-broadcast unsqueeze: [B, S, r], [S, r] or [B,1,S,r]."""
+    if is_op(t, aten.unsqueeze.default) and t.args[1] == 1 and len(shape(t)) == 4:
+        return t.args[0]
+    return t
