@@ -141,3 +141,18 @@ def test_case_selection_and_slug():
     assert select_cases("4096x1,999x9", wl.W075.cases) == [(4096, 1)]
     assert slug("NVIDIA H200") == "nvidia-h200"
     assert math.isfinite(stats.DEFAULT_NOISE_FLOOR)
+
+
+def test_gate_cli(tmp_path):
+    from perf import gate as gate_cli
+    base = doc([row(gpu=100.0)], noise_floor=0.05)
+    cur = doc([row(gpu=120.0)])
+    pb, pc, po = tmp_path / "b.json", tmp_path / "c.json", tmp_path / "o.json"
+    pb.write_text(json.dumps(base))
+    pc.write_text(json.dumps(cur))
+    assert gate_cli.main([str(pc), "--baseline", str(pb)]) == 1
+    assert gate_cli.main([str(pb), "--baseline", str(pb)]) == 0
+    assert gate_cli.main(["--derive", str(pb), str(pc)]) == 0
+    assert gate_cli.main(["--promote", str(pc), "--floor", "0.3", "-o", str(po)]) == 0
+    assert json.loads(po.read_text())["settings"]["noise_floor"] == 0.3
+    assert gate_cli.main([str(pc), "--baseline", str(po)]) == 0

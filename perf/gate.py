@@ -1,0 +1,72 @@
+"""Offline gate and noise-floor tools over result JSONs (no GPU needed).
+
+    python -m perf.gate RESULTS.json --baseline perf/baselines/nvidia-h200.json
+        compare a finished run with a baseline; exit 1 on a regression or failed check
+    python -m perf.gate --derive RUN_A.json RUN_B.json
+        run-to-run noise of two full runs of the same code; prints the suggested noise floor
+    python -m perf.gate --promote RUN.json --floor 0.05 -o perf/baselines/nvidia-h200.json
+        write RUN as the new baseline with the given noise floor stored in its settings
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+if __package__ in (None, ""):
+    import os
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from perf import stats  # noqa: E402
+
+
+def load(path: str) -> dict:
+    with open(path) as f:
+        d = json.load(f)
+    errs = stats.validate(d)
+    if errs:
+        raise SystemExit(f"{path}: not a perf result: " + "; ".join(errs[:5]))
+    return d
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m perf.gate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", nargs="?")
+    p.add_argument("--baseline")
+    p.add_argument("--noise-floor", type=float, default=None)
+    p.add_argument("--noise-k", type=float, default=stats.DEFAULT_NOISE_K)
+    p.add_argument("--gate-impls", default=",".join(stats.OURS))
+    p.add_argument("--derive", nargs=2, metavar=("RUN_A", "RUN_B"))
+    p.add_argument("--quantile", type=float, default=0.95)
+    p.add_argument("--promote")
+    p.add_argument("--floor", type=float, default=None)
+    p.add_argument("-o", "--output")
+    a = p.parse_args(argv)
+    if a.derive:
+        d = stats.derive_floor(load(a.derive[0]), load(a.derive[1]), a.quantile)
+        print(json.dumps(d, indent=1))
+        return 0
+    if a.promote:
+        if not a.output:
+            raise SystemExit("--promote needs -o OUTPUT")
+        d = load(a.promote)
+        d.pop("gate", None)
+        if a.floor is not None:
+            d["settings"]["noise_floor"] = a.floor
+        with open(a.output, "w") as f:
+            json.dump(d, f, indent=1)
+        print(f"wrote baseline {a.output} (noise floor {d['settings'].get('noise_floor')})")
+        return 0
+    if not (a.results and a.baseline):
+        p.error("give RESULTS.json and --baseline, or --derive, or --promote")
+    cur, base = load(a.results), load(a.baseline)
+    impls = None if a.gate_impls == "all" else [x for x in a.gate_impls.split(",") if x]
+    g = stats.gate(cur, base, floor=a.noise_floor, k=a.noise_k, impls=impls)
+    print(stats.gate_text(g))
+    return 0 if g["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
