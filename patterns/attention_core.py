@@ -124,6 +124,8 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
         elif is_op(cand, aten.mul.Tensor, aten.div.Tensor) and cand is u:
             raise Reject("dropout is active", "probabilities scaled before @ v")
     if pv is None:
+        if _reaches_dropout(softmax):
+            raise Reject("dropout is active")
         raise Reject("softmax not followed by @ v")
     out = next(iter(pv.users)) if len(pv.users) == 1 else pv
     if not (is_op(out, *VIEWS) and len(shape(out)) == 4):
@@ -201,6 +203,21 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
     return Core("explicit", q, kt.args[0], v, out, scale=scale, scale_op=scale_op, causal=causal,
                 mask=mask_kind, mask_node=mask_node, mask_fill=mask_fill, probs=probs,
                 anchor=softmax)
+
+
+def _reaches_dropout(n: Node, depth: int = 4) -> bool:
+    """Random ops a few steps after the softmax (F.dropout with training=True, SDPA's math path)."""
+    frontier = list(n.users)
+    for _ in range(depth):
+        nxt = []
+        for u in frontier:
+            if is_op(u, *_DROPOUT) or any(
+                    is_op(a, *_DROPOUT) or any(is_op(b, *_DROPOUT) for b in a.all_input_nodes)
+                    for a in u.all_input_nodes):   # the keep-mask is rand > p, one step away
+                return True
+            nxt.extend(u.users)
+        frontier = nxt
+    return False
 
 
 def _skip_cast_to(n: Node, dt: torch.dtype) -> Node:

@@ -45,13 +45,19 @@ def _slice(n: Node):
     return src, start, end, step
 
 
+def _same(a: Node, b: Node) -> bool:
+    """Same value: one node, or two identical slices of one tensor (no CSE has run yet)."""
+    return a is b or (is_op(a, aten.slice.Tensor) and is_op(b, aten.slice.Tensor)
+                      and a.args == b.args)
+
+
 def _rotated(n: Node) -> Optional[tuple[Node, str]]:
     """(x, style) if n == rotate(x)."""
     if is_op(n, aten.cat.default) and len(n.args[0]) == 2:
         a, b = n.args[0]
         if is_op(a, aten.neg.default):
             s2, s1 = _slice(a.args[0]), _slice(b)
-            if s1 and s2 and s1[0] is s2[0] and s1[3] == 1 and s2[3] == 1:
+            if s1 and s2 and _same(s1[0], s2[0]) and s1[3] == 1 and s2[3] == 1:
                 x, d = s1[0], shape(s1[0])[-1]
                 if same(s1[1], 0) and same(s1[2], d // 2) and same(s2[1], d // 2) and same(
                         s2[2], d):
@@ -65,7 +71,7 @@ def _rotated(n: Node) -> Optional[tuple[Node, str]]:
                 a, b = ua.args[0], ub.args[0]
                 if is_op(a, aten.neg.default):
                     s2, s1 = _slice(a.args[0]), _slice(b)
-                    if s1 and s2 and s1[0] is s2[0] and s1[3] == 2 and s2[3] == 2 and same(
+                    if s1 and s2 and _same(s1[0], s2[0]) and s1[3] == 2 and s2[3] == 2 and same(
                             s1[1], 0) and same(s2[1], 1):
                         return s1[0], "interleaved"
     return None
@@ -95,7 +101,7 @@ def match_rope(node: Node) -> Optional[Rope]:
         for x, cos in (m1, m1[::-1]):
             for rx, sin in (m2, m2[::-1]):
                 rot = _rotated(rx)
-                if rot is None or rot[0] is not x:
+                if rot is None or not _same(rot[0], x):
                     continue
                 src, style = rot
                 r = shape(src)[-1]
