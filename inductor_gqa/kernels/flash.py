@@ -104,7 +104,8 @@ def gqa_attention_kernel(
         if MODE == 2:
             p = tl.exp2(t - m_use[:, None]) * inv_l[:, None]
             p_out = p.to(P.dtype.element_ty)
-            tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :])
+            tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :],
+                     eviction_policy="evict_first")
             v = tl.load(v_base + offs_n[:, None].to(tl.int64) * sv_s, mask=kv_mask, other=0.0)
             if UPCAST:
                 acc += tl.dot(p_out.to(tl.float32), v.to(tl.float32), input_precision=PREC)
@@ -135,7 +136,8 @@ def gqa_attention_kernel(
             zeros = tl.zeros([BLOCK_M, BLOCK_N], P.dtype.element_ty)
             for start_n in range(hi, S, BLOCK_N):
                 offs_n = start_n + offs_nb
-                tl.store(p_row + offs_n[None, :], zeros, mask=m_ok[:, None] & (offs_n < S)[None, :])
+                tl.store(p_row + offs_n[None, :], zeros, mask=m_ok[:, None] & (offs_n < S)[None, :],
+                         eviction_policy="evict_first")
         else:
             acc = acc / l_i[:, None]
         o_ptrs = (O + b64 * so_b + h * so_h + offs_m[:, None].to(tl.int64) * so_s
