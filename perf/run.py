@@ -298,12 +298,11 @@ def main(argv=None) -> int:
                 torch.set_float32_matmul_precision("highest")
     stats.add_ratios(rows)
     doc["wall_s"] = time.time() - T0
-    rc = 0
-    if any(r.get("check") and not r["check"]["passed"] for r in rows):
-        rc = 1
+    gated = None if args.gate_impls == "all" else split(args.gate_impls)
+    bad_checks = stats.check_failures(doc, only=gated)
+    rc = 1 if bad_checks else 0
     if baseline is not None:
-        g = stats.gate(doc, baseline, floor=floor, k=args.noise_k,
-                       impls=None if args.gate_impls == "all" else split(args.gate_impls))
+        g = stats.gate(doc, baseline, floor=floor, k=args.noise_k, impls=gated)
         doc["gate"] = g
         rc = 0 if g["ok"] else 1
     incomplete = any(r["status"] == "skipped" for r in rows)
@@ -324,6 +323,12 @@ def main(argv=None) -> int:
                   f"{v['status']} {v.get('error') or ''}")
     if baseline is not None:
         print(stats.gate_text(doc["gate"]))
+    else:
+        for msg in bad_checks:
+            print(f"FAIL {msg}")
+        for msg in stats.check_failures(doc, exclude=gated or ()):
+            if gated is not None:
+                print(f"warning (not gated) {msg}")
     if incomplete:
         print(f"INCOMPLETE: cases skipped after the {args.deadline:.0f}s deadline")
         rc = rc or 3

@@ -149,12 +149,27 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------- gate
+def check_failures(result: dict, only=None, exclude=None) -> list[str]:
+    """Rows whose correctness check failed (only: those impls; exclude: all but those impls)."""
+    out = []
+    for r in result.get("rows", []):
+        if only is not None and r["impl"] not in only:
+            continue
+        if exclude is not None and r["impl"] in exclude:
+            continue
+        c = r.get("check")
+        if c and not c.get("passed"):
+            out.append(f"{row_key(r)}: correctness check failed "
+                       f"(min pass fraction {c.get('min_frac', 0.0):.4f} < 0.99)")
+    return out
+
+
 def gate(current: dict, baseline: dict, floor: Optional[float] = None,
          k: float = DEFAULT_NOISE_K, impls: Optional[Iterable[str]] = OURS) -> dict:
     """Compare a run with a baseline. Returns {"ok", "failures", "regressions", "compared", ...}.
 
-    A failure is: a correctness check that failed in the current run (any implementation); a
-    gated baseline row that is missing, errored or unavailable now; a row whose GPU time grew by
+    A failure is: a correctness check of a gated implementation that failed in the current run
+    (failed checks of other implementations are listed as warnings); a gated baseline row that is missing, errored or unavailable now; a row whose GPU time grew by
     more than threshold(); a row that ran the fused op in the baseline and does not now.
     """
     if floor is None:
@@ -163,11 +178,8 @@ def gate(current: dict, baseline: dict, floor: Optional[float] = None,
     cur = index_rows(current)
     failures, regressions, improvements = [], [], []
     compared = 0
-    for r in current.get("rows", []):
-        c = r.get("check")
-        if c and not c.get("passed"):
-            failures.append(f"{row_key(r)}: correctness check failed "
-                            f"(min pass fraction {c.get('min_frac', 0.0):.4f} < 0.99)")
+    warnings = check_failures(current, exclude=impls)
+    failures += check_failures(current, only=impls)
     for key, b in index_rows(baseline).items():
         if b.get("status") != "ok" or not b.get("gpu_us"):
             continue
@@ -193,7 +205,8 @@ def gate(current: dict, baseline: dict, floor: Optional[float] = None,
             improvements.append(entry)
         if b.get("fused") and not r.get("fused"):
             failures.append(f"{key}: ran the fused op in the baseline, does not now")
-    return {"ok": not failures, "failures": failures, "regressions": regressions,
+    return {"ok": not failures, "failures": failures, "warnings": warnings,
+            "regressions": regressions,
             "improvements": improvements, "compared": compared, "noise_floor": floor,
             "noise_k": k, "impls": sorted(impls) if impls else "all"}
 
@@ -253,6 +266,7 @@ def gate_text(g: dict) -> str:
              f"implementations {g['impls']}, floor {g['noise_floor'] * 100:.1f}%, "
              f"k {g['noise_k']})"]
     lines += [f"  FAIL {f}" for f in g["failures"]]
+    lines += [f"  warning (not gated) {w}" for w in g.get("warnings", [])]
     for e in g["improvements"]:
         lines.append(f"  faster {e['key']}: {e['base_us']:.1f} -> {e['cur_us']:.1f} us "
                      f"({(e['ratio'] - 1) * 100:+.1f}%)")

@@ -79,6 +79,16 @@ def test_gate_fails_on_check_missing_error_and_lost_fusion():
     assert any("error now" in f for f in g["failures"])
 
 
+def test_gate_check_failure_of_reference_impl_is_a_warning():
+    base = doc([row(gpu=100.0)])
+    g = stats.gate(doc([row(gpu=100.0), row(impl="stock", gpu=90.0, check=False)]), base)
+    assert g["ok"] and len(g["warnings"]) == 1 and "stock" in g["warnings"][0]
+    assert "warning (not gated)" in stats.gate_text(g)
+    g = stats.gate(doc([row(gpu=100.0), row(impl="stock", gpu=90.0, check=False)]), base,
+                   impls=None)
+    assert not g["ok"]
+
+
 def test_gate_floor_from_baseline_or_argument():
     base = doc([row(gpu=100.0)], noise_floor=0.2)
     assert stats.gate(doc([row(gpu=115.0)]), base)["ok"]
