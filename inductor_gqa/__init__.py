@@ -4,9 +4,32 @@
     inductor_gqa.install(); torch.compile(model)          # or inside stock Inductor
 """
 
-from . import op  # registers inductor_gqa::attention_block
-from .install import inductor_gqa_backend, install, installed, is_installed, uninstall
-from .options import Options
+def _load_patterns() -> None:
+    """``patterns/`` ships as ``inductor_gqa.patterns`` in a wheel (pyproject's package-dir); in a
+    source checkout used through PYTHONPATH it sits beside the package, so load it from there."""
+    import importlib.util
+    import pathlib
+    import sys
+
+    try:
+        from . import patterns  # noqa: F401
+        return
+    except ImportError:
+        pass
+    root = pathlib.Path(__file__).resolve().parents[1] / "patterns"
+    spec = importlib.util.spec_from_file_location(
+        f"{__name__}.patterns", root / "__init__.py", submodule_search_locations=[str(root)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    globals()["patterns"] = module
+
+
+_load_patterns()
+
+from . import op  # noqa: E402  registers inductor_gqa::attention_block
+from .install import inductor_gqa_backend  # noqa: E402, install, installed, is_installed, uninstall
+from .options import Options  # noqa: E402
 
 try:  # kernels register themselves as the op's GPU path
     from . import lower  # noqa: F401

@@ -7,7 +7,6 @@ Hugging Face attention classes. The perf job, the demo and the tests all use the
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Callable
 
@@ -302,7 +301,13 @@ def workload_fn(workload: Workload, num_heads=None, num_kv_heads=None, head_dim=
     h = num_heads or workload.num_heads
     hk = num_kv_heads or workload.num_kv_heads
     d = head_dim or workload.head_dim
-    return functools.partial(workload.fn, num_heads=h, num_kv_heads=hk, head_dim=d)
+    base = workload.fn
+
+    def fn(*args, **kwargs):   # a closure, so Dynamo treats the head counts as constants
+        return base(*args, num_heads=h, num_kv_heads=hk, head_dim=d, **kwargs)
+
+    fn.__name__ = base.__name__
+    return fn
 
 
 def check(out: torch.Tensor, ref: torch.Tensor, atol_: float, rtol: float,

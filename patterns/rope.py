@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 from torch.fx import Node
 
-from inductor_gqa.find.graph import VIEWS, Reject, dtype, is_op, same, shape
+from inductor_gqa.find.graph import VIEWS, Reject, dtype, is_op, same, shape, val
 
 aten = torch.ops.aten
 _END = (None, 2 ** 63 - 1)
@@ -29,6 +29,11 @@ class Rope:
     rotary_dim: int
 
 
+def _size(a):
+    """A slice bound: an int, or the SymInt a size-expression node computes."""
+    return val(a) if isinstance(a, Node) else a
+
+
 def _slice(n: Node):
     """(src, start, end, step) for a last-dim slice, else None."""
     if not is_op(n, aten.slice.Tensor):
@@ -37,8 +42,8 @@ def _slice(n: Node):
     dim = n.args[1] if len(n.args) > 1 else 0
     if dim not in (-1, len(shape(src)) - 1):
         return None
-    start = n.args[2] if len(n.args) > 2 else 0
-    end = n.args[3] if len(n.args) > 3 else None
+    start = _size(n.args[2]) if len(n.args) > 2 else 0
+    end = _size(n.args[3]) if len(n.args) > 3 else None
     step = n.args[4] if len(n.args) > 4 else 1
     if end in _END:
         end = shape(src)[-1]

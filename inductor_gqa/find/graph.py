@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx import Node
-from torch.fx.experimental.symbolic_shapes import guard_int, statically_known_true
+from torch.fx.experimental.symbolic_shapes import guard_bool, guard_int, statically_known_true
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -61,10 +61,14 @@ def dtype(node) -> torch.dtype:
 
 
 def same(a, b) -> bool:
-    """Symbolic-aware size equality (True only if provably equal)."""
+    """Size equality. Symbolic sizes that are not provably equal are compared on their hints and
+    the answer is guarded, so the compiled graph is only reused where it holds (head counts written
+    as ``Hkv * (H // Hkv)`` versus ``H``, say)."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    return statically_known_true(a == b)
+    if statically_known_true(a == b):
+        return True
+    return bool(guard_bool(a == b)) if isinstance(a == b, torch.SymBool) else bool(a == b)
 
 
 def same_shape(a, b) -> bool:

@@ -8,7 +8,12 @@ import os
 import pytest
 import torch
 
-os.environ["INDUCTOR_GQA_KERNELS_ON_CPU"] = "1"
+
+@pytest.fixture(autouse=True)
+def kernels_on_cpu(monkeypatch):
+    """Route the op to the kernels (interpreted) for this module's tests only."""
+    monkeypatch.setenv("INDUCTOR_GQA_KERNELS_ON_CPU", "1")
+
 
 from inductor_gqa.op import call_attention_block  # noqa: E402
 from inductor_gqa.op.reference import attention_block_reference  # noqa: E402

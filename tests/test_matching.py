@@ -1,0 +1,183 @@
+"""The matcher finds whole attention blocks written many ways and rewrites them to one fused op,
+without changing results; near misses are left alone with a reason."""
+
+import logging
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+import inductor_gqa
+from inductor_gqa import workloads as wl
+
+from variants import FUSED, REJECTED, Variant, build
+
+
+def _as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _compile_and_run(fn, inputs, **compile_kw):
+    with torch.no_grad():
+        ref = _as_tuple(fn(**inputs))
+        out = _as_tuple(torch.compile(fn, backend="inductor_gqa", **compile_kw)(**inputs))
+    return out, ref
+
+
+def _close(out, ref, dtype):
+    for o, r in zip(out, ref):
+        assert o.shape == r.shape and o.dtype == r.dtype
+        if dtype == torch.float32:
+            torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5)
+        else:
+            ok, frac = wl.check(o, r, atol_=5e-3, rtol=0.05)
+            assert ok, f"only {frac:.4f} of elements within tolerance"
+
+
+def _stat(key):
+    return counters["inductor_gqa"].get(key, 0)
+
+
+@pytest.mark.parametrize("variant", FUSED, ids=lambda v: v.name)
+def test_variant_is_fused_once_and_matches_eager(variant):
+    fn, inputs = build(variant)
+    out, ref = _compile_and_run(fn, inputs)
+    assert _stat("blocks_fused") == 1, dict(counters["inductor_gqa"])
+    _close(out, ref, variant.dtype)
+
+
+@pytest.mark.parametrize("variant,reason", REJECTED, ids=lambda x: getattr(x, "name", ""))
+def test_near_miss_is_left_alone_with_reason(variant, reason, caplog):
+    fn, inputs = build(variant)
+    with caplog.at_level(logging.INFO, logger="inductor_gqa"):
+        out, ref = _compile_and_run(fn, inputs)
+    assert _stat("blocks_fused") == 0
+    assert _stat(f"rejected: {reason}") == 1, dict(counters["inductor_gqa"])
+    assert reason in caplog.text
+    if not variant.dropout:
+        _close(out, ref, variant.dtype)
+
+
+def test_mixed_dtype_mask_is_rejected():
+    v = Variant("mixed", dtype=torch.bfloat16, mask="add_in")
+    fn, inputs = build(v)
+    inputs["mask"] = inputs["mask"].float()          # promotes the bf16 scores to float32
+    out, ref = _compile_and_run(fn, inputs)
+    assert _stat("rejected: mixed dtypes") == 1
+    torch.testing.assert_close(out[0], ref[0], rtol=2e-2, atol=2e-2)
+
+
+def test_inputs_requiring_grad_are_left_alone():
+    fn, inputs = build(Variant("grad", mask="causal_fill"))
+    inputs["wq"].requires_grad_(True)
+    out = torch.compile(fn, backend="inductor_gqa")(**inputs)
+    out.sum().backward()
+    assert _stat("blocks_fused") == 0
+    assert _stat("rejected: inputs require grad") == 1
+    assert inputs["wq"].grad is not None
+
+
+# ---------------------------------------------------------------- the reference workloads, reduced
+SMALL = dict(num_heads=4, num_kv_heads=2, head_dim=32)
+
+
+def _workload_case(workload, seq=9, batch=2):
+    fn = wl.workload_fn(workload, **SMALL)
+    inputs = wl.make_inputs(workload, seq, batch, hidden=128, **SMALL)
+    return fn, inputs
+
+
+@pytest.mark.parametrize("workload", [wl.W075, wl.W092], ids=lambda w: w.name)
+def test_workload_function_form(workload):
+    fn, inputs = _workload_case(workload)
+    out, ref = _compile_and_run(fn, inputs)
+    assert _stat("blocks_fused") == 1
+    _close(out, ref, workload.dtype)
+
+
+def test_w075_causal_function_form():
+    fn, inputs = _workload_case(wl.W075)
+    inputs["is_causal"] = True
+    out, ref = _compile_and_run(fn, inputs)
+    assert _stat("blocks_fused") == 1
+    _close(out, ref, torch.float32)
+
+
+def _module_case(workload):
+    torch.manual_seed(0)
+    if workload.name == "W075":
+        m = wl.W075Attention(hidden=128, **SMALL).eval()
+        args = (torch.randn(2, 9, 128), torch.arange(9)[None].expand(2, 9))
+    else:
+        m = wl.W092Attention(hidden=128, **SMALL).to(torch.bfloat16).eval()
+        args = (torch.randn(2, 9, 128).bfloat16(), torch.randn(2, 9, 32).cos().bfloat16(),
+                torch.randn(2, 9, 32).sin().bfloat16())
+    return m, args
+
+
+@pytest.mark.parametrize("workload", [wl.W075, wl.W092], ids=lambda w: w.name)
+def test_workload_module_form_through_install(workload):
+    m, args = _module_case(workload)
+    with torch.no_grad():
+        ref = _as_tuple(m(*args))
+        with inductor_gqa.installed():
+            out = _as_tuple(torch.compile(m)(*args))
+    assert _stat("blocks_fused") == 1
+    assert not inductor_gqa.is_installed()
+    _close(out, ref, workload.dtype)
+
+
+# ------------------------------------------------------------------------------------ dynamic shapes
+def _module_inputs(workload, seq, batch):
+    if workload.name == "W075":
+        return (torch.randn(batch, seq, 128), torch.arange(seq)[None].expand(batch, seq))
+    return (torch.randn(batch, seq, 128).bfloat16(), torch.randn(batch, seq, 32).cos().bfloat16(),
+            torch.randn(batch, seq, 32).sin().bfloat16())
+
+
+@pytest.mark.parametrize("workload", [wl.W075, wl.W092], ids=lambda w: w.name)
+@torch._dynamo.config.patch(specialize_float=True)
+def test_dynamic_shapes_compile_once(workload):
+    # dynamic=True also turns float attributes (scaling, eps) into runtime values unless floats
+    # are specialized; the op needs them as constants (see test_runtime_eps_is_reported).
+    m, _ = _module_case(workload)
+    compiled = torch.compile(m, backend="inductor_gqa", dynamic=True)
+    for seq, batch in ((5, 2), (9, 3), (17, 4)):   # sizes 0/1 are always specialized
+        args = _module_inputs(workload, seq, batch)
+        with torch.no_grad():
+            _close(_as_tuple(compiled(*args)), _as_tuple(m(*args)), workload.dtype)
+    assert _stat("blocks_seen") == 1 and _stat("blocks_fused") == 1
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+def test_dynamic_function_form_with_int_arguments():
+    """Head counts passed as ints become symbolic under dynamic=True; they are guarded."""
+    fn = wl.workload_fn(wl.W075, **SMALL)
+    compiled = torch.compile(fn, backend="inductor_gqa", dynamic=True)
+    for seq, batch in ((5, 2), (9, 3), (17, 4)):
+        inputs = wl.make_inputs(wl.W075, seq, batch, hidden=128, **SMALL)
+        with torch.no_grad():
+            _close(_as_tuple(compiled(**inputs)), _as_tuple(fn(**inputs)), torch.float32)
+    assert _stat("blocks_fused") == 1
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+def test_runtime_eps_is_reported():
+    """A float argument is a runtime value under dynamic=True: the norm cannot be fused as is."""
+    fn = wl.workload_fn(wl.W092, **SMALL)
+    inputs = wl.make_inputs(wl.W092, 5, 2, hidden=128, **SMALL)
+    with torch.no_grad():
+        torch.compile(fn, backend="inductor_gqa", dynamic=True)(**inputs)
+    assert _stat("rejected: rms_norm eps is a runtime value") == 1
+
+
+def test_automatic_dynamic_after_second_shape():
+    m, _ = _module_case(wl.W092)
+    compiled = torch.compile(m, backend="inductor_gqa")
+    for seq, batch in ((5, 2), (9, 3), (17, 4), (33, 2)):
+        args = _module_inputs(wl.W092, seq, batch)
+        with torch.no_grad():
+            _close(_as_tuple(compiled(*args)), _as_tuple(m(*args)), torch.bfloat16)
+    # static first, then one dynamic graph that serves every later shape
+    assert _stat("blocks_fused") == 2
+    assert counters["stats"]["unique_graphs"] == 2
