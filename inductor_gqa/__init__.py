@@ -28,7 +28,8 @@ def _load_patterns() -> None:
 _load_patterns()
 
 from . import op  # noqa: E402  registers inductor_gqa::attention_block
-from .install import inductor_gqa_backend  # noqa: E402, install, installed, is_installed, uninstall
+from .install import (inductor_gqa_backend, install, installed, is_installed,  # noqa: E402
+                      uninstall)
 from .options import Options  # noqa: E402
 
 try:  # kernels register themselves as the op's GPU path

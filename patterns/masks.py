@@ -103,12 +103,14 @@ def causal_mask_value(mask: Node, seq_len) -> tuple[torch.Tensor, list]:
     _check_constants(mask, placeholders)
     hint = seq_len if isinstance(seq_len, int) else seq_len.node.hint
     sym_inputs = [p for p in placeholders if isinstance(val(p), torch.SymInt)]
-    if len(sym_inputs) > 1:
-        raise Reject("in-graph mask not recognized", "mask depends on several sizes")
-    tries = [hint] if not sym_inputs else [hint, 1, 2, 3, 5, 17, 64]
+    hints = {p: val(p).node.hint for p in sym_inputs}
+    # Vary the sizes that stand for the sequence length; hold the others (batch, say) at their
+    # traced value (an unbacked size has none: any positive value will do).
+    varying = [p for p in sym_inputs if hint is not None and hints[p] == hint]
+    tries = [hint] + ([1, 2, 3, 5, 17, 64] if varying else [])
     outs = []
     for s in tries:
-        env = {p: s for p in sym_inputs}
+        env = {p: (s if p in varying else (hints[p] or 2)) for p in sym_inputs}
         try:
             with unset_fake_temporarily():   # passes run under a fake mode; we want real values
                 outs.append((s, _evaluate(mask, env)))
