@@ -138,21 +138,15 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
     causal, mask_kind, mask_node, mask_fill = False, "none", None, float("-inf")
     seq = shape(n)[-1]
     for _ in range(4):
-        if is_op(n, aten.where.self):
+        fill_args = None
+        if is_op(n, aten.where.self):                    # masked_fill, decomposed
             cond, fill, rest = n.args
-            fill_v = scalar(fill)
-            if fill_v is None:
-                raise Reject("mask not recognized", "fill value is not a constant")
-            if is_constant_mask(cond):
-                classify_masked_positions("fill", cond, fill_v, seq)
-                causal = True
-            elif mask_kind == "none":
-                mask_kind, mask_node, mask_fill = "bool_fill", cond, fill_v
-            else:
-                raise Reject("mask not recognized", "several mask tensors")
-            n = rest
+            fill_args = cond, fill, rest
         elif is_op(n, aten.masked_fill.Scalar, aten.masked_fill.Tensor):
             rest, cond, fill = n.args
+            fill_args = cond, fill, rest
+        if fill_args is not None:
+            cond, fill, rest = fill_args
             fill_v = scalar(fill)
             if fill_v is None:
                 raise Reject("mask not recognized", "fill value is not a constant")
