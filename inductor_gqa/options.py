@@ -13,3 +13,6 @@ class Options:
     fuse_sdpa: bool = True
     # Fuse blocks written as explicit matmul -> softmax -> matmul chains.
     fuse_explicit: bool = True
+    # When cos/sin are computed in the graph from inv_freq and position_ids, hand those to the op
+    # so the kernels compute the angles (exact fp32 products) instead of reading cos/sin.
+    rope_from_positions: bool = True

@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 from torch.fx import Node
 
-from inductor_gqa.find.graph import VIEWS, Reject, dtype, is_op, same, shape, val
+from inductor_gqa.find.graph import VIEWS, Reject, dtype, is_op, is_permute, same, shape, val
 
 aten = torch.ops.aten
 _END = (None, 2 ** 63 - 1)
@@ -131,3 +131,72 @@ def cos_sin_operand(t: Node) -> Node:
     if is_op(t, aten.unsqueeze.default) and t.args[1] == 1 and len(shape(t)) == 4:
         return t.args[0]
     return t
+
+
+def _through(n: Node, ops) -> Node:
+    while is_op(n, *ops):
+        n = n.args[0]
+    return n
+
+
+_LAYOUT = (aten.clone.default, aten.expand.default, aten.unsqueeze.default, aten.slice.Tensor,
+           aten.alias.default, *VIEWS)
+
+
+def freq_source(cos: Node, sin: Node, style: str, rotary_dim: int):
+    """(inv_freq, position_ids) when cos/sin are computed in the graph the Hugging Face way:
+
+        freqs = (inv_freq[None, :, None].expand(B, -1, 1) @ position_ids[:, None, :].float())
+        emb = cat((freqs.transpose(1, 2),) * 2, -1); cos, sin = emb.cos(), emb.sin()  [.to(dtype)]
+
+    so the kernels can compute the angles themselves. None for anything else (cos/sin then stay
+    op inputs, which is always exact).
+    """
+    from inductor_gqa.find.graph import CASTS
+
+    if style != "half":
+        return None
+    c, s = _through(cos, CASTS), _through(sin, CASTS)
+    if not (is_op(c, aten.cos.default) and is_op(s, aten.sin.default)):
+        return None
+    emb_c, emb_s = c.args[0], s.args[0]
+    emb = _through(emb_c, (aten.clone.default,))
+    if _through(emb_s, (aten.clone.default,)) is not emb or dtype(emb) != torch.float32:
+        return None
+    # cat((f, f), -1) traces to unsqueeze(f, -2).expand(..., 2, r/2).reshape(..., r)
+    n = _through(emb, (aten.clone.default, *VIEWS))
+    if is_op(n, aten.cat.default) and len(n.args[0]) == 2 and n.args[0][0] is n.args[0][1]:
+        f = n.args[0][0]
+    elif is_op(n, aten.expand.default) and len(shape(n)) == 4 and same(shape(n)[2], 2):
+        un = n.args[0]
+        if not (is_op(un, aten.unsqueeze.default) and un.args[1] in (2, -2)):
+            return None
+        f = un.args[0]
+    else:
+        return None
+    if len(shape(f)) != 3 or not same(shape(f)[2], rotary_dim // 2):
+        return None
+    if not is_permute(f, (0, 2, 1)):
+        return None
+    prod = _through(f.args[0], VIEWS)            # [B, r/2, S]
+    if is_op(prod, aten.bmm.default):
+        a, b = (_through(x, VIEWS) for x in prod.args)
+    elif is_op(prod, aten.mul.Tensor) and all(isinstance(x, Node) for x in prod.args):
+        a, b = (_through(x, VIEWS) for x in prod.args)
+    else:
+        return None
+    # a: inv_freq broadcast to [B, r/2, 1]; b: position_ids.float() broadcast to [B, 1, S]
+    if not (len(shape(a)) == 3 and same(shape(a)[2], 1) and len(shape(b)) == 3 and same(
+            shape(b)[1], 1)):
+        return None
+    inv = _through(_through(a, _LAYOUT), CASTS)
+    inv = _through(inv, _LAYOUT)
+    pos = _through(_through(b, _LAYOUT), CASTS)
+    pos = _through(pos, _LAYOUT)
+    if len(shape(inv)) != 1 or not same(shape(inv)[0], rotary_dim // 2):
+        return None
+    if dtype(inv) != torch.float32 or len(shape(pos)) != 2:
+        return None
+    if not same(shape(pos)[0], shape(a)[0]):
+        return None
+    return inv, pos

@@ -39,9 +39,9 @@ def _rewritten(workload):
 
 def test_w075_graph_holds_one_fused_call():
     assert_expected_inline(_rewritten(wl.W075), """\
-attention_block(x=arg0_1, wq=arg1_1, wk=arg2_1, wv=arg3_1, cos=cos, sin=sin, wo=arg6_1)
+attention_block(x=arg0_1, wq=arg1_1, wk=arg2_1, wv=arg3_1, inv_freq=arg4_1, position_ids=arg5_1, wo=arg6_1)
     num_heads=4, num_kv_heads=2, head_dim=32, norm='none', eps=1e-06, rope='half', rotary_dim=32, core='explicit', scale=1.0, scale_op='mul', causal=False, mask='none', mask_fill=-inf, return_probs=True
-other ops: clone.default x2, convert_element_type.default x1, cos.default x1, expand.default x4, getitem x2, mul.Tensor x1, permute.default x1, sin.default x1, unsqueeze.default x4, view.default x4""")
+other ops: getitem x2""")
 
 
 def test_w092_graph_holds_one_fused_call():

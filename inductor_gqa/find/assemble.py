@@ -17,7 +17,7 @@ from inductor_gqa.patterns.attention_core import Core, match_core
 from inductor_gqa.patterns.projection import OutputEnd, Projection, match_output, match_projection
 from inductor_gqa.patterns.repeat_kv import strip_repeat_kv
 from inductor_gqa.patterns.rms_norm import Norm, match_rms_norm
-from inductor_gqa.patterns.rope import Rope, cos_sin_operand, match_rope
+from inductor_gqa.patterns.rope import Rope, cos_sin_operand, freq_source, match_rope
 
 from ..options import Options
 from ..plan.spec import BlockSpec
@@ -114,14 +114,20 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
         core=core.kind, scale=float(core.scale), scale_op=core.scale_op, causal=core.causal,
         mask=core.mask, mask_fill=float(core.mask_fill),
         return_probs=core.probs is not None and _probs_escape(core))
+    cos = cos_sin_operand(rope_q.cos) if rope_q else None
+    sin = cos_sin_operand(rope_q.sin) if rope_q else None
+    inv_freq = position_ids = None
+    if rope_q is not None and options.rope_from_positions:
+        src = freq_source(cos, sin, rope_q.style, rope_q.rotary_dim)
+        if src is not None and same(shape(src[1])[0], b):
+            inv_freq, position_ids = src
+            cos = sin = None
     tensors = dict(
         x=x, wq=_weight(pq), wk=_weight(pk), wv=_weight(pv),
         bq=_bias(pq), bk=_bias(pk), bv=_bias(pv),
         q_norm_weight=norm_q.weight if norm_q else None,
         k_norm_weight=norm_k.weight if norm_k else None,
-        cos=cos_sin_operand(rope_q.cos) if rope_q else None,
-        sin=cos_sin_operand(rope_q.sin) if rope_q else None,
-        inv_freq=None, position_ids=None,
+        cos=cos, sin=sin, inv_freq=inv_freq, position_ids=position_ids,
         attn_mask=core.mask_node, wo=end.wo, bo=end.bo)
     return BlockMatch(spec, tensors, end, core, (b, h, s, d))
 
