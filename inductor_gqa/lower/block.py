@@ -1,12 +1,14 @@
 """GPU path of ``inductor_gqa::attention_block``: cuBLAS projections + fused Triton kernels.
 
-    q, k, v = F.linear(x, w*, b*)          cuBLAS, bias in its epilogue, [B*S, heads*D] each
+    q, k, v = linear(x, w*, b*)            cuBLAS, bias in its epilogue, [B*S, heads*D] each
+                                           (fp32 under "highest": 3xTF32 Triton GEMM where it
+                                           measures faster than cuBLAS's IEEE GEMM)
     qk_norm_rope_(q, k)                    one Triton launch: RMSNorm (fp32) + RoPE, in place
     attention                              Triton flash kernel (GQA-native, masks, causal skip),
                                            two-pass when probabilities are returned; or the
                                            library SDPA where it measured faster and no
                                            probabilities/masks are involved
-    F.linear(o, wo, bo)                    cuBLAS
+    linear(o, wo, bo)                      the same choice
 
 ``run_block(tensors, spec)`` returns (out, probs) or None when a case is not covered (the op then
 runs the eager reference). It applies to CUDA tensors; CPU tensors only with
@@ -23,6 +25,7 @@ import torch.nn.functional as F
 
 from ..kernels import flash, tuning
 from ..kernels.qk_epilogue import qk_norm_rope_
+from .linear import linear
 from ..plan.spec import BlockSpec
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -133,10 +136,12 @@ def _run(t, spec):
     mask = _mask_view(t, spec, b, h, s)
     interp = tuning.interpreting()
 
-    # 1. projections (cuBLAS, bias fused), each [B, S, heads*D] contiguous
-    q = F.linear(x, t["wq"], t["bq"])
-    k = F.linear(x, t["wk"], t["bk"])
-    v = F.linear(x, t["wv"], t["bv"])
+    # 1. projections (cuBLAS, bias fused; 3xTF32 Triton GEMM for fp32 "highest" where it measures
+    #    faster), each [B, S, heads*D] contiguous
+    prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
+    q = linear(x, t["wq"], t["bq"], prec)
+    k = linear(x, t["wk"], t["bk"], prec)
+    v = linear(x, t["wv"], t["bv"], prec)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     # 2. norm + rope in place
     if spec.norm != "none" or spec.rope != "none":
@@ -145,7 +150,7 @@ def _run(t, spec):
     # 3. attention -> o [B, S, H*D]
     o, probs = attention(q, k, v, mask, spec, b, s)
     # 4. o_proj
-    out = F.linear(o, t["wo"], t["bo"]) if t["wo"] is not None else o
+    out = linear(o, t["wo"], t["bo"], prec) if t["wo"] is not None else o
     return out.contiguous(), (probs if spec.return_probs else x.new_empty((0,)))
 
 

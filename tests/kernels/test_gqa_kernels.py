@@ -202,3 +202,15 @@ def test_precision_read_at_call_time():
         assert block.fp32_dot_precision() in ("ieee", "tf32x3")
     finally:
         torch.set_float32_matmul_precision(old)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_3xtf32_matches_fp32(bias):
+    from inductor_gqa.lower.linear import linear
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 37, 48, generator=g)
+    w = torch.randn(40, 48, generator=g)
+    b = torch.randn(40, generator=g) if bias else None
+    torch.testing.assert_close(linear(x, w, b, "tf32x3"), torch.nn.functional.linear(x, w, b),
+                               rtol=1e-5, atol=1e-5)
