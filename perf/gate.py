@@ -2,10 +2,11 @@
 
     python -m perf.gate RESULTS.json --baseline perf/baselines/nvidia-h200.json
         compare a finished run with a baseline; exit 1 on a regression or failed check
-    python -m perf.gate --derive RUN_A.json RUN_B.json
-        run-to-run noise of two full runs of the same code; prints the suggested noise floor
-    python -m perf.gate --promote RUN.json --floor 0.05 -o perf/baselines/nvidia-h200.json
-        write RUN as the new baseline with the given noise floor stored in its settings
+    python -m perf.gate --derive RUN_A.json RUN_B.json [--derive-impls eager,stock]
+        run-to-run noise of two full runs; prints the suggested noise floor per workload (rows
+        of implementations whose code differs between the runs must be left out)
+    python -m perf.gate --promote RUN.json --floor W075=0.02,W092=0.14 -o BASELINE.json
+        write RUN as the new baseline with the noise floor (one number, or one per workload)
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ def load(path: str) -> dict:
     return d
 
 
+def _floor(text: str):
+    """'0.05' -> 0.05; 'W075=0.02,W092=0.14' -> {'W075': 0.02, 'W092': 0.14}."""
+    if "=" not in text:
+        return float(text)
+    return {w: float(v) for w, v in (part.split("=") for part in text.split(","))}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m perf.gate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -40,13 +48,19 @@ def main(argv=None) -> int:
     p.add_argument("--gate-impls", default=",".join(stats.OURS))
     p.add_argument("--derive", nargs=2, metavar=("RUN_A", "RUN_B"))
     p.add_argument("--quantile", type=float, default=0.95)
+    p.add_argument("--derive-impls", default=None,
+                   help="comma list of implementations to derive from (default: all)")
     p.add_argument("--promote")
-    p.add_argument("--floor", type=float, default=None)
+    p.add_argument("--floor", type=_floor, default=None)
     p.add_argument("-o", "--output")
     a = p.parse_args(argv)
     if a.derive:
-        d = stats.derive_floor(load(a.derive[0]), load(a.derive[1]), a.quantile)
-        print(json.dumps(d, indent=1))
+        run_a, run_b = load(a.derive[0]), load(a.derive[1])
+        impls = a.derive_impls.split(",") if a.derive_impls else None
+        out = {"all": stats.derive_floor(run_a, run_b, a.quantile, impls)}
+        for w in sorted({r["workload"] for r in run_a["rows"]}):
+            out[w] = stats.derive_floor(run_a, run_b, a.quantile, impls, workload=w)
+        print(json.dumps(out, indent=1))
         return 0
     if a.promote:
         if not a.output:

@@ -56,8 +56,16 @@ def threshold(spread_base: Optional[float], spread_cur: Optional[float],
     return max(floor, k * s)
 
 
+def floor_for(floor, workload: str) -> float:
+    """The noise floor of one workload: a number, or a {workload: number} mapping."""
+    if isinstance(floor, dict):
+        return floor.get(workload, DEFAULT_NOISE_FLOOR)
+    return floor
+
+
 def derive_floor(run_a: dict, run_b: dict, quantile: float = 0.95,
-                 impls: Optional[Iterable[str]] = None) -> dict:
+                 impls: Optional[Iterable[str]] = None,
+                 workload: Optional[str] = None) -> dict:
     """Run-to-run noise from two full runs of the same code on the same kind of GPU.
 
     For every case timed OK in both, r = |t_b / t_a - 1| (GPU time). Returns the distribution and a
@@ -72,6 +80,8 @@ def derive_floor(run_a: dict, run_b: dict, quantile: float = 0.95,
         if rb is None or ra.get("status") != "ok" or rb.get("status") != "ok":
             continue
         if impls and ra["impl"] not in impls:
+            continue
+        if workload and ra["workload"] != workload:
             continue
         if not ra.get("gpu_us") or not rb.get("gpu_us"):
             continue
@@ -194,7 +204,7 @@ def gate(current: dict, baseline: dict, floor: Optional[float] = None,
             continue
         compared += 1
         ratio = r["gpu_us"] / b["gpu_us"]
-        thr = threshold(b.get("spread"), r.get("spread"), floor, k)
+        thr = threshold(b.get("spread"), r.get("spread"), floor_for(floor, b["workload"]), k)
         entry = {"key": key, "base_us": b["gpu_us"], "cur_us": r["gpu_us"], "ratio": ratio,
                  "threshold": thr}
         if ratio > 1.0 + thr:
@@ -262,9 +272,11 @@ def case_table(rows: list[dict]) -> str:
 
 
 def gate_text(g: dict) -> str:
+    fl = g["noise_floor"]
+    fl = (", ".join(f"{w} {v * 100:.1f}%" for w, v in sorted(fl.items())) if isinstance(fl, dict)
+          else f"{fl * 100:.1f}%")
     lines = [f"gate: {'PASS' if g['ok'] else 'FAIL'} ({g['compared']} timed rows compared, "
-             f"implementations {g['impls']}, floor {g['noise_floor'] * 100:.1f}%, "
-             f"k {g['noise_k']})"]
+             f"implementations {g['impls']}, floor {fl}, k {g['noise_k']})"]
     lines += [f"  FAIL {f}" for f in g["failures"]]
     lines += [f"  warning (not gated) {w}" for w in g.get("warnings", [])]
     for e in g["improvements"]:

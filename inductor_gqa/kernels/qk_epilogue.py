@@ -32,12 +32,24 @@ def _round(x, DT: tl.constexpr):
 
 
 @triton.jit
+def _cos_sin(ang, DT: tl.constexpr, LIBDEVICE: tl.constexpr):
+    # emb.cos().to(dtype): accurate fp32 cos/sin (angles reach thousands of radians), rounded
+    if LIBDEVICE:
+        c = libdevice.cos(ang)
+        s = libdevice.sin(ang)
+    else:
+        c = tl.cos(ang)
+        s = tl.sin(ang)
+    return _round(c, DT), _round(s, DT)
+
+
+@triton.jit
 def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
           cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
           pos_ptr, pos_b, pos_s, invf_ptr,
           D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
           NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, ROPE_FROM_FREQ: tl.constexpr,
-          LIBDEVICE: tl.constexpr):
+          LIBDEVICE: tl.constexpr, HEADS_P2: tl.constexpr):
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_D)
     rmask = rows < n_rows
@@ -83,21 +95,29 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
         si = tok - bi * S
         rm = rmask[:, None] & in_rot[None, :]
         if ROPE_FROM_FREQ:
-            pos = tl.load(pos_ptr + bi * pos_b + si * pos_s, mask=rmask, other=0).to(tl.float32)
             if ROPE == 1:
                 fidx = tl.where(cols < HALF, cols, cols - HALF)
             else:
                 fidx = cols // 2
             f = tl.load(invf_ptr + fidx, mask=in_rot, other=0.0).to(tl.float32)
-            ang = pos[:, None] * f[None, :]
-            if LIBDEVICE:
-                c = libdevice.cos(ang)
-                s_ = libdevice.sin(ang)
+            if HEADS_P2 > 0:
+                # the block is whole tokens (ROWS = T x heads): one angle row per token, shared
+                # by its heads (cos/sin are the costly part: heads-fold fewer of them)
+                T: tl.constexpr = ROWS // HEADS_P2
+                toks = pid * T + tl.arange(0, T)
+                bt = toks // S
+                st = toks - bt * S
+                pos_t = tl.load(pos_ptr + bt * pos_b + st * pos_s, mask=toks * HEADS_P2 < n_rows,
+                                other=0).to(tl.float32)
+                c_t, s_t = _cos_sin(pos_t[:, None] * f[None, :], DT, LIBDEVICE)
+                c = tl.reshape(tl.broadcast_to(c_t[:, None, :], (T, HEADS_P2, BLOCK_D)),
+                               (ROWS, BLOCK_D))
+                s_ = tl.reshape(tl.broadcast_to(s_t[:, None, :], (T, HEADS_P2, BLOCK_D)),
+                                (ROWS, BLOCK_D))
             else:
-                c = tl.cos(ang)
-                s_ = tl.sin(ang)
-            c = _round(c, DT)
-            s_ = _round(s_, DT)
+                pos = tl.load(pos_ptr + bi * pos_b + si * pos_s, mask=rmask, other=0).to(
+                    tl.float32)
+                c, s_ = _cos_sin(pos[:, None] * f[None, :], DT, LIBDEVICE)
         else:
             cso = bi[:, None].to(tl.int64) * cs_b + si[:, None] * cs_s + cols[None, :] * cs_d
             c = tl.load(cos_ptr + cso, mask=rm, other=1.0).to(tl.float32)
@@ -113,19 +133,20 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                         pos_ptr, pos_b, pos_s, invf_ptr,
                         D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
                         NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
-                        ROPE_FROM_FREQ: tl.constexpr, LIBDEVICE: tl.constexpr):
+                        ROPE_FROM_FREQ: tl.constexpr, LIBDEVICE: tl.constexpr,
+                        HQ_P2: tl.constexpr, HK_P2: tl.constexpr):
     pid = tl.program_id(0)
     which = tl.program_id(1)
     if which == 0:
         if pid * ROWS < q_rows:
             _rows(q_ptr, qw_ptr, q_rows, HQ, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
                   pos_ptr, pos_b, pos_s, invf_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R,
-                  ROPE_FROM_FREQ, LIBDEVICE)
+                  ROPE_FROM_FREQ, LIBDEVICE, HQ_P2)
     else:
         if pid * ROWS < k_rows:
             _rows(k_ptr, kw_ptr, k_rows, HK, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
                   pos_ptr, pos_b, pos_s, invf_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R,
-                  ROPE_FROM_FREQ, LIBDEVICE)
+                  ROPE_FROM_FREQ, LIBDEVICE, HK_P2)
 
 
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, inv_freq, position_ids,
@@ -159,4 +180,10 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, inv_freq, positi
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
         R=rotary_dim if rope != "none" else 0, ROPE_FROM_FREQ=from_freq,
         LIBDEVICE=(not interpret) and libdevice is not None,
+        HQ_P2=_whole_tokens(num_heads, rows), HK_P2=_whole_tokens(num_kv_heads, rows),
         num_warps=4)
+
+
+def _whole_tokens(heads: int, rows: int) -> int:
+    """heads when a block of ``rows`` rows is whole tokens and shapes allow it, else 0."""
+    return heads if heads & (heads - 1) == 0 and rows % heads == 0 else 0

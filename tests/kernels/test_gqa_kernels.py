@@ -124,8 +124,9 @@ def test_norm_rope_variants(norm, rope, rdim):
 
 @pytest.mark.parametrize("rope,rdim", [("half", 16), ("interleaved", 32)])
 @pytest.mark.parametrize("dtype", [F32, BF16])
-def test_rope_from_freq(rope, rdim, dtype):
-    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=32, rope=rope, rotary_dim=rdim,
+@pytest.mark.parametrize("heads,kv", [(4, 2), (6, 3)])   # angles per token / per row
+def test_rope_from_freq(rope, rdim, dtype, heads, kv):
+    spec = BlockSpec(num_heads=heads, num_kv_heads=kv, head_dim=32, rope=rope, rotary_dim=rdim,
                      core="sdpa", scale=32 ** -0.5, causal=True)
     _compare(spec, 2, 17, 64, dtype, cos_mode="freq")
 
