@@ -14,5 +14,7 @@ class Options:
     # Fuse blocks written as explicit matmul -> softmax -> matmul chains.
     fuse_explicit: bool = True
     # When cos/sin are computed in the graph from inv_freq and position_ids, hand those to the op
-    # so the kernels compute the angles (exact fp32 products) instead of reading cos/sin.
-    rope_from_positions: bool = True
+    # so the kernels compute the angles (exact fp32 products) instead of reading cos/sin. Off by
+    # default: on the H200 the in-graph cos/sin table (one small Inductor kernel) measured ~2%
+    # faster over W075's cases (perf/results/nvidia-h200/runs/), though small cases gain a launch.
+    rope_from_positions: bool = False

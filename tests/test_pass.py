@@ -26,11 +26,11 @@ class Recorder(CustomGraphPass):
         return "recorder"
 
 
-def _rewritten(workload):
+def _rewritten(workload, options=None):
     rec = Recorder()
     fn = wl.workload_fn(workload, **SMALL)
     inputs = wl.make_inputs(workload, 9, 2, hidden=128, **SMALL)
-    with inductor_config.patch(joint_custom_pre_pass=rec), inductor_gqa.installed():
+    with inductor_config.patch(joint_custom_pre_pass=rec), inductor_gqa.installed(options):
         with torch.no_grad():
             torch.compile(fn)(**inputs)
     assert len(rec.dumps) == 1
@@ -38,7 +38,7 @@ def _rewritten(workload):
 
 
 def test_w075_graph_holds_one_fused_call():
-    assert_expected_inline(_rewritten(wl.W075), """\
+    assert_expected_inline(_rewritten(wl.W075, inductor_gqa.Options(rope_from_positions=True)), """\
 attention_block(x=arg0_1, wq=arg1_1, wk=arg2_1, wv=arg3_1, inv_freq=arg4_1, position_ids=arg5_1, wo=arg6_1)
     num_heads=4, num_kv_heads=2, head_dim=32, norm='none', eps=1e-06, rope='half', rotary_dim=32, core='explicit', scale=1.0, scale_op='mul', causal=False, mask='none', mask_fill=-inf, return_probs=True
 other ops: getitem x2""")
@@ -89,3 +89,8 @@ def test_op_rejects_bad_spec():
         BlockSpec(num_heads=6, num_kv_heads=4, head_dim=32)
     with pytest.raises(ValueError, match="rope must be one of"):
         BlockSpec(num_heads=4, num_kv_heads=2, head_dim=32, rope="yarn", rotary_dim=32)
+
+
+def test_w075_default_keeps_the_cos_sin_table_in_the_graph():
+    dump = _rewritten(wl.W075)
+    assert "cos=" in dump and "inv_freq=" not in dump
