@@ -136,6 +136,7 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
     n = _strip_cast(x) if dtype(x) == torch.float32 else x
     scores_dtype = dtype(n)
     causal, mask_kind, mask_node, mask_fill = False, "none", None, float("-inf")
+    causal_exact, order = True, []        # order: as met walking back from the softmax
     seq = shape(n)[-1]
     for _ in range(4):
         fill_args = None
@@ -151,10 +152,12 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
             if fill_v is None:
                 raise Reject("mask not recognized", "fill value is not a constant")
             if is_constant_mask(cond):
-                classify_masked_positions("fill", cond, fill_v, seq)
+                causal_exact = classify_masked_positions("fill", cond, fill_v, seq)
                 causal = True
+                order.append("causal")
             elif mask_kind == "none":
                 mask_kind, mask_node, mask_fill = "bool_fill", cond, fill_v
+                order.append("mask")
             else:
                 raise Reject("mask not recognized", "several mask tensors")
             n = rest
@@ -162,10 +165,12 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
             a, b = n.args
             s_side, m_side = (a, b) if _looks_like_scores(a) else (b, a)
             if is_constant_mask(m_side):
-                classify_masked_positions("additive", m_side, None, seq)
+                causal_exact = classify_masked_positions("additive", m_side, None, seq)
                 causal = True
+                order.append("causal")
             elif mask_kind == "none":
                 mask_kind, mask_node = "additive", m_side
+                order.append("mask")
             else:
                 raise Reject("mask not recognized", "several mask tensors")
             n = s_side
@@ -176,6 +181,7 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
             break
         n = _skip_cast_to(n, scores_dtype)
 
+    _check_mask_order(causal, causal_exact, mask_kind, mask_fill, order)
     scale, scale_op = 1.0, "mul"
     n = _skip_cast_to(n, scores_dtype)
     if is_op(n, aten.mul.Tensor, aten.div.Tensor):
@@ -197,6 +203,19 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
     return Core("explicit", q, kt.args[0], v, out, scale=scale, scale_op=scale_op, causal=causal,
                 mask=mask_kind, mask_node=mask_node, mask_fill=mask_fill, probs=probs,
                 anchor=softmax)
+
+
+def _check_mask_order(causal, causal_exact, mask_kind, mask_fill, order) -> None:
+    """The op applies causal (-inf) first, then the mask tensor. That equals the graph unless a
+    finite value is involved where a row can become fully masked, or a finite fill lands on
+    positions the causal mask had already set."""
+    if not causal or mask_kind == "none":
+        return
+    if not causal_exact:
+        raise Reject("mask not recognized", "causal mask with a finite value next to a mask input")
+    applied_first = order[-1]              # walked backwards: the last one met came first
+    if mask_kind == "bool_fill" and mask_fill != float("-inf") and applied_first != "causal":
+        raise Reject("mask not recognized", "finite masked_fill applied before the causal mask")
 
 
 def _reaches_dropout(n: Node, depth: int = 4) -> bool:
@@ -228,13 +247,20 @@ def _looks_like_scores(n: Node) -> bool:
         through_views(n), aten.expand.default) and _reaches_bmm(n)
 
 
-def _reaches_bmm(n: Node, depth: int = 6) -> bool:
+def _reaches_bmm(n: Node, depth: int = 8) -> bool:
+    """Whether a matmul is among n's inputs within a few steps (any argument, not just the first:
+    ``where(causal, -inf, scores)`` keeps the scores in its last argument)."""
+    frontier, seen = [n], set()
     for _ in range(depth):
-        if is_op(n, aten.bmm.default, aten.matmul.default):
-            return True
-        if n.op != "call_function" or not n.args or not isinstance(n.args[0], Node):
-            return False
-        n = n.args[0]
+        nxt = []
+        for m in frontier:
+            if m in seen or not isinstance(m, Node):
+                continue
+            seen.add(m)
+            if is_op(m, aten.bmm.default, aten.matmul.default):
+                return True
+            nxt.extend(m.all_input_nodes)
+        frontier = nxt
     return False
 
 

@@ -120,7 +120,11 @@ def causal_mask_value(mask: Node, seq_len) -> tuple[torch.Tensor, list]:
 
 
 def classify_masked_positions(kind: str, mask: Node, fill, seq_len) -> bool:
-    """True if the in-graph mask makes exactly the strict upper triangle unattendable.
+    """Check that the in-graph mask makes exactly the strict upper triangle unattendable.
+
+    Returns True when masked scores become exactly -inf, False when they become a huge finite
+    value (``finfo.min``): alone, both give the same softmax (the diagonal is always kept), but
+    not once another mask can empty a row.
 
     kind: 'fill' (mask True -> score replaced by fill), 'keep' (bool, True = attend),
     'additive' (mask value added).
@@ -130,6 +134,7 @@ def classify_masked_positions(kind: str, mask: Node, fill, seq_len) -> bool:
 
 
 def _classify(kind, mask, fill, seq_len) -> bool:
+    exact = True
     for s, value in causal_mask_value(mask, seq_len):
         value = torch.as_tensor(value)
         if value.dim() < 2 or value.shape[-1] != s or value.shape[-2] != s:
@@ -147,12 +152,14 @@ def _classify(kind, mask, fill, seq_len) -> bool:
                 raise Reject("in-graph mask not recognized", "not causal")
             if not _is_neg_inf_like(fill):
                 raise Reject("in-graph mask not recognized", f"fill value {fill}")
+            exact = exact and fill == float("-inf")
         else:
             v = value.float()
             if not (bool((v[~upper] == 0).all()) and bool(
                     (v[upper] <= -1e30).all() if upper.any() else True)):
                 raise Reject("in-graph mask not recognized", "additive mask is not causal")
-    return True
+            exact = exact and bool((v[upper] == float("-inf")).all())
+    return exact
 
 
 def _is_neg_inf_like(x) -> bool:

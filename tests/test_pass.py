@@ -94,3 +94,51 @@ def test_op_rejects_bad_spec():
 def test_w075_default_keeps_the_cos_sin_table_in_the_graph():
     dump = _rewritten(wl.W075)
     assert "cos=" in dump and "inv_freq=" not in dump
+
+
+def _spec_line(dump: str) -> str:
+    """One line per fused call: the tensor arguments given and the scalars that vary."""
+    lines = dump.splitlines()
+    call = lines[0][len("attention_block("):-1]
+    tensors = " ".join(a.split("=")[0] for a in call.split(", ") if a.split("=")[0] != "x")
+    spec = dict(kv.split("=", 1) for kv in lines[1].strip().split(", "))
+    keep = ("norm", "rope", "rotary_dim", "core", "scale_op", "causal", "mask", "return_probs")
+    return f"{tensors} | " + " ".join(f"{k}={spec[k]}" for k in keep)
+
+
+def test_every_variant_rewrites_to_the_expected_call():
+    from variants import FUSED, build
+
+    out = []
+    for v in FUSED:
+        torch._dynamo.reset()
+        rec = Recorder()
+        fn, inputs = build(v)
+        with inductor_config.patch(joint_custom_pre_pass=rec), inductor_gqa.installed():
+            with torch.no_grad():
+                torch.compile(fn)(**inputs)
+        assert len(rec.dumps) == 1 and rec.dumps[0].count("attention_block(") == 1, v.name
+        out.append(f"{v.name}: {_spec_line(rec.dumps[0])}")
+    assert_expected_inline("\n".join(out), """\
+linear_bias_sdpa_causal: wq wk wv bq bk bv wo | norm='none' rope='none' rotary_dim=0 core='sdpa' scale_op='mul' causal=True mask='none' return_probs=False
+sdpa_enable_gqa_bool_mask: wq wk wv attn_mask wo | norm='none' rope='none' rotary_dim=0 core='sdpa' scale_op='mul' causal=False mask='bool_keep' return_probs=False
+sdpa_additive_mask_input: wq wk wv cos sin attn_mask wo | norm='none' rope='half' rotary_dim=16 core='sdpa' scale_op='mul' causal=False mask='additive' return_probs=False
+sdpa_repeat_interleave: wq wk wv wo | norm='none' rope='none' rotary_dim=0 core='sdpa' scale_op='mul' causal=True mask='none' return_probs=False
+mha_explicit: wq wk wv wo | norm='none' rope='none' rotary_dim=0 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
+matmul_t_bias: wq wk wv bq bk bv wo | norm='none' rope='none' rotary_dim=0 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
+fused_qkv_split: wq wk wv bq bk bv cos sin wo | norm='none' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
+fused_qkv_slice: wq wk wv cos sin wo | norm='none' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
+norm_after_transpose: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_weight' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
+norm_cast_weight_bf16: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='cast_weight' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
+norm_one_plus_weight: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_one_plus_weight' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=False mask='none' return_probs=False
+rope_inv_freq_probs: wq wk wv cos sin wo | norm='none' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=False mask='none' return_probs=True
+rope_interleaved: wq wk wv cos sin wo | norm='none' rope='interleaved' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
+rope_partial: wq wk wv cos sin wo | norm='none' rope='half' rotary_dim=8 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
+scale_div: wq wk wv wo | norm='none' rope='none' rotary_dim=0 core='explicit' scale_op='div' causal=True mask='none' return_probs=False
+bool_mask_input: wq wk wv attn_mask wo | norm='none' rope='none' rotary_dim=0 core='explicit' scale_op='mul' causal=False mask='bool_fill' return_probs=True
+additive_mask_input: wq wk wv attn_mask wo | norm='none' rope='none' rotary_dim=0 core='explicit' scale_op='mul' causal=False mask='additive' return_probs=False
+causal_and_padding: wq wk wv q_norm_weight k_norm_weight cos sin attn_mask wo | norm='fp32_weight' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='additive' return_probs=False
+no_o_proj: wq wk wv cos sin | norm='none' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
+o_proj_bias: wq wk wv cos sin wo bo | norm='none' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=False mask='none' return_probs=False
+ends_at_heads: wq wk wv | norm='none' rope='none' rotary_dim=0 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
+fp16_sdpa: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_weight' rope='half' rotary_dim=16 core='sdpa' scale_op='mul' causal=True mask='none' return_probs=False""")
