@@ -255,9 +255,10 @@ def atol(workload: Workload, seq: int, batch: int) -> float:
     return 0.0025
 
 
-def make_inputs(workload: Workload, seq: int, batch: int, device="cpu", generator=None,
+def make_inputs(workload: Workload, seq: int, batch: int, device="cpu", seed=None,
                 hidden=None, num_heads=None, num_kv_heads=None, head_dim=None) -> dict:
-    """Fresh random inputs for the function form, as the workload describes them.
+    """Fresh random inputs for the function form, as the workload describes them, drawn on
+    ``device`` (from a generator seeded with ``seed``, or the default one).
 
     The size overrides give reduced-size versions of the same block (for CPU runs and tests); bind
     the matching head counts into the function with ``workload_fn`` (hyperparameters stay Python
@@ -267,11 +268,14 @@ def make_inputs(workload: Workload, seq: int, batch: int, device="cpu", generato
     h = num_heads or workload.num_heads
     hk = num_kv_heads or workload.num_kv_heads
     d = head_dim or workload.head_dim
-    g = generator
     dev = device
+    g = None
+    if seed is not None:
+        g = torch.Generator(device=dev)
+        g.manual_seed(seed)
 
     def randn(*shape):
-        return torch.randn(*shape, generator=g, device="cpu").to(dev)
+        return torch.randn(*shape, generator=g, device=dev)
 
     if workload.name == "W075":
         return dict(

@@ -13,7 +13,7 @@ import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx import Node
 
-from inductor_gqa.find.graph import CASTS, VIEWS, Reject, is_op, val
+from inductor_gqa.find.graph import CASTS, VIEWS, Reject, val
 
 aten, prims = torch.ops.aten, torch.ops.prims
 
@@ -31,36 +31,33 @@ _BUILDERS = {
 _SYM_OPS = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.neg}
 
 
-def is_constant_mask(node: Node) -> bool:
-    """True when the node's value depends on no tensor input (only sizes and constants)."""
+def _ancestors(node: Node):
+    """The node and everything it is computed from, once each."""
     seen, stack = set(), [node]
     while stack:
         n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if n.op == "placeholder":
-            if isinstance(val(n), torch.Tensor):
-                return False
-            continue
-        if n.op != "call_function":
+        if n not in seen:
+            seen.add(n)
+            yield n
+            stack.extend(n.all_input_nodes)
+
+
+def is_constant_mask(node: Node) -> bool:
+    """True when the node's value depends on no tensor input (only sizes and constants)."""
+    for n in _ancestors(node):
+        if n.op == "placeholder" and isinstance(val(n), torch.Tensor):
             return False
-        stack.extend(a for a in n.all_input_nodes)
+        if n.op not in ("placeholder", "call_function"):
+            return False
     return True
 
 
 def _check_constants(node: Node, placeholders: set) -> None:
-    seen, stack = set(), [node]
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
+    for n in _ancestors(node):
         if n.op == "placeholder":
             placeholders.add(n)
             continue
         if n.target in _SYM_OPS:
-            stack.extend(n.all_input_nodes)
             continue
         if n.target not in _BUILDERS:
             raise Reject("in-graph mask not recognized", f"{n.target} in mask")
@@ -73,7 +70,6 @@ def _check_constants(node: Node, placeholders: set) -> None:
             d = n.args[1] if len(n.args) > 1 else 0
             if d not in (-1, 0, 1):
                 raise Reject("in-graph mask not recognized", f"triu/tril diagonal {d}")
-        stack.extend(n.all_input_nodes)
 
 
 def _evaluate(node: Node, env: dict):

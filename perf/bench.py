@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from typing import Callable, Optional
 
@@ -16,39 +15,8 @@ from . import stats
 
 # ----------------------------------------------------------------------------------------- inputs
 def make_inputs(workload: wl.Workload, seq: int, batch: int, device, seed: int) -> dict:
-    """workloads.make_inputs drawn on the device (same distributions; fast for W092's weights).
-
-    position_ids is a real [B, S] tensor (stride S), as a batch of position rows is in a model.
-    """
-    g = torch.Generator(device=device)
-    g.manual_seed(seed)
-    e, h, hk, d = workload.hidden, workload.num_heads, workload.num_kv_heads, workload.head_dim
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g, device=device)
-
-    if workload.name == "W075":
-        return dict(
-            hidden_states=randn(batch, seq, e),
-            position_ids=torch.arange(seq, device=device)[None].repeat(batch, 1),
-            q_proj_weight=randn(h * d, e) * 0.02, k_proj_weight=randn(hk * d, e) * 0.02,
-            v_proj_weight=randn(hk * d, e) * 0.02, o_proj_weight=randn(e, h * d) * 0.02,
-            inv_freq=(1.0 / 10000 ** (torch.arange(0, d, 2, dtype=torch.float32,
-                                                   device=device) / d)))
-    bf = torch.bfloat16
-
-    def angles():
-        return randn(batch, seq, d).clamp(-math.pi, math.pi)
-
-    return dict(
-        hidden_states=randn(batch, seq, e).to(bf),
-        q_proj_weight=(randn(h * d, e) / math.sqrt(e)).to(bf), q_proj_bias=randn(h * d).to(bf),
-        k_proj_weight=(randn(hk * d, e) / math.sqrt(e)).to(bf), k_proj_bias=randn(hk * d).to(bf),
-        v_proj_weight=(randn(hk * d, e) / math.sqrt(e)).to(bf), v_proj_bias=randn(hk * d).to(bf),
-        o_proj_weight=(randn(e, h * d) / math.sqrt(h * d)).to(bf),
-        q_norm_weight=torch.ones(d, dtype=bf, device=device),
-        k_norm_weight=torch.ones(d, dtype=bf, device=device),
-        cos=angles().cos().to(bf), sin=angles().sin().to(bf))
+    """The workload's inputs, drawn on the device (fast for W092's weights)."""
+    return wl.make_inputs(workload, seq, batch, device=device, seed=seed)
 
 
 ACTIVATIONS = {"W075": ("hidden_states", "position_ids"), "W092": ("hidden_states", "cos", "sin")}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -35,35 +34,10 @@ if os.environ.get("KERNELS_CHECK_ISOLATED", "1") == "1":
 from inductor_gqa.kernels import tuning  # noqa: E402
 from inductor_gqa.lower import block  # noqa: E402
 from inductor_gqa.plan.spec import BlockSpec  # noqa: E402
-from inductor_gqa.workloads import W075, W092, atol, check, sol_seconds  # noqa: E402
+from inductor_gqa.workloads import (W075, W092, atol, check, make_inputs,  # noqa: E402
+                                    sol_seconds)
 
 DEV = "cuda"
-
-
-def w075_inputs(s, b):
-    e, h, hk, d = 1024, 16, 4, 64
-    r = lambda *sh: torch.randn(*sh, device=DEV)  # noqa: E731
-    return dict(hidden_states=r(b, s, e),
-                position_ids=torch.arange(s, device=DEV)[None].expand(b, s).contiguous(),
-                q_proj_weight=r(h * d, e) * 0.02, k_proj_weight=r(hk * d, e) * 0.02,
-                v_proj_weight=r(hk * d, e) * 0.02, o_proj_weight=r(e, h * d) * 0.02,
-                inv_freq=1.0 / 10000 ** (torch.arange(0, d, 2, dtype=torch.float32,
-                                                      device=DEV) / d))
-
-
-def w092_inputs(s, b):
-    e, h, hk, d = 4096, 96, 8, 128
-    bf = torch.bfloat16
-    r = lambda *sh: torch.randn(*sh, device=DEV)  # noqa: E731
-    ang = lambda: r(b, s, d).clamp(-math.pi, math.pi)  # noqa: E731
-    return dict(hidden_states=r(b, s, e).to(bf),
-                q_proj_weight=(r(h * d, e) / math.sqrt(e)).to(bf), q_proj_bias=r(h * d).to(bf),
-                k_proj_weight=(r(hk * d, e) / math.sqrt(e)).to(bf), k_proj_bias=r(hk * d).to(bf),
-                v_proj_weight=(r(hk * d, e) / math.sqrt(e)).to(bf), v_proj_bias=r(hk * d).to(bf),
-                o_proj_weight=(r(e, h * d) / math.sqrt(h * d)).to(bf),
-                q_norm_weight=torch.ones(d, dtype=bf, device=DEV),
-                k_norm_weight=torch.ones(d, dtype=bf, device=DEV),
-                cos=ang().cos().to(bf), sin=ang().sin().to(bf))
 
 
 def w075_block(inp, causal):
@@ -135,7 +109,7 @@ def run_case(wl, s, b, rounds, causal, precision, do_time, compiled, variants):
     ok_all = True
     for r in range(rounds):
         torch.manual_seed(1000 * r + s * 7 + b)
-        inp = w075_inputs(s, b) if wl is W075 else w092_inputs(s, b)
+        inp = make_inputs(wl, s, b, device=DEV)
         torch.set_float32_matmul_precision("highest")
         with torch.no_grad():
             if wl is W075:
@@ -159,7 +133,7 @@ def run_case(wl, s, b, rounds, causal, precision, do_time, compiled, variants):
     res["ok"] = bool(ok_all)
     if do_time:
         torch.manual_seed(s * 7 + b)
-        inp = w075_inputs(s, b) if wl is W075 else w092_inputs(s, b)
+        inp = make_inputs(wl, s, b, device=DEV)
         torch.set_float32_matmul_precision(precision)
         t, spec = w075_block(inp, causal) if wl is W075 else w092_block(inp)
         kw = dict(is_causal=causal) if wl is W075 else {}

@@ -17,7 +17,7 @@ from inductor_gqa.patterns.attention_core import Core, match_core
 from inductor_gqa.patterns.projection import OutputEnd, Projection, match_output, match_projection
 from inductor_gqa.patterns.repeat_kv import strip_repeat_kv
 from inductor_gqa.patterns.rms_norm import Norm, match_rms_norm
-from inductor_gqa.patterns.rope import Rope, cos_sin_operand, freq_source, match_rope
+from inductor_gqa.patterns.rope import cos_sin_operand, freq_source, match_rope
 
 from ..options import Options
 from ..plan.spec import BlockSpec
