@@ -22,19 +22,11 @@ import traceback
 
 import torch
 
-if os.environ.get("KERNELS_CHECK_ISOLATED", "1") == "1":
-    # Load only the op, kernels and workloads: a bare package object keeps the package's
-    # __init__ (graph pass, installation) out of this microbenchmark.
-    import types
-    _pkg = types.ModuleType("inductor_gqa")
-    _pkg.__path__ = [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                  "inductor_gqa")]
-    sys.modules.setdefault("inductor_gqa", _pkg)
-
-from inductor_gqa.kernels import tuning  # noqa: E402
-from inductor_gqa.lower import block  # noqa: E402
-from inductor_gqa.plan.spec import BlockSpec  # noqa: E402
-from inductor_gqa.workloads import (W075, W092, atol, check, make_inputs,  # noqa: E402
+from inductor_gqa.kernels import tuning
+from perf.bench import graph_time_us
+from inductor_gqa.lower import block
+from inductor_gqa.plan.spec import BlockSpec
+from inductor_gqa.workloads import (W075, W092, atol, check, make_inputs,
                                     sol_seconds)
 
 DEV = "cuda"
@@ -75,30 +67,8 @@ def poison(nbytes):
 
 
 def graph_median_us(fn, reps=20):
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-        torch.cuda.synchronize()
-        with torch.cuda.graph(g, stream=s):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g.replay()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-          for _ in range(reps)]
-    for a, b in ev:
-        a.record()
-        g.replay()
-        b.record()
-    torch.cuda.synchronize()
-    t = statistics.median(a.elapsed_time(b) for a, b in ev) * 1e3
-    del g
-    return t
+    """Median GPU time of one call over ``reps`` CUDA-graph replays (the perf job's timer)."""
+    return graph_time_us(fn, replays=reps, blocks=1)[0]
 
 
 def run_case(wl, s, b, rounds, causal, precision, do_time, compiled, variants):
