@@ -14,8 +14,9 @@ from typing import Optional
 import torch
 from torch.fx import Node
 
-from inductor_gqa.find.graph import (CASTS, VIEWS, Reject, arg, dtype, is_op, is_permute, same,
-                                     scalar, shape, through_noop_expand, through_views)
+from inductor_gqa.find.graph import (CASTS, VIEWS, Reject, arg, dtype, is_op, is_permute,
+                                     runtime_scalar, same, scalar, shape, through_noop_expand,
+                                     through_views)
 
 from .masks import classify_masked_positions, is_constant_mask
 
@@ -44,6 +45,7 @@ class Core:
     mask: str = "none"
     mask_node: Optional[Node] = None
     mask_fill: float = float("-inf")
+    scale_node: Optional[Node] = None  # a runtime scale (0-d tensor); ``scale`` is then unused
     probs: Optional[Node] = None     # node holding the probabilities multiplied with v
     anchor: Optional[Node] = None
 
@@ -182,12 +184,15 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
         n = _skip_cast_to(n, scores_dtype)
 
     _check_mask_order(causal, causal_exact, mask_kind, mask_fill, order)
-    scale, scale_op = 1.0, "mul"
+    scale, scale_op, scale_node = 1.0, "mul", None
     n = _skip_cast_to(n, scores_dtype)
     if is_op(n, aten.mul.Tensor, aten.div.Tensor):
         c = scalar(n.args[1])
         if c is None:
-            raise Reject("scale not recognized", "scale is not a constant")
+            scale_node = runtime_scalar(n.args[1])
+            if scale_node is None:
+                raise Reject("scale not recognized", "scale is not a scalar")
+            c = 0.0                      # placeholder: the op reads scale_node
         if is_op(n.args[0], aten.tanh.default):
             raise Reject("softcapping")
         scale, scale_op = c, ("mul" if is_op(n, aten.mul.Tensor) else "div")
@@ -201,8 +206,8 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
     if not is_permute(kt, (0, 1, 3, 2)):
         raise Reject("scores matmul not recognized", "k is not transposed")
     return Core("explicit", q, kt.args[0], v, out, scale=scale, scale_op=scale_op, causal=causal,
-                mask=mask_kind, mask_node=mask_node, mask_fill=mask_fill, probs=probs,
-                anchor=softmax)
+                mask=mask_kind, mask_node=mask_node, mask_fill=mask_fill, scale_node=scale_node,
+                probs=probs, anchor=softmax)
 
 
 def _check_mask_order(causal, causal_exact, mask_kind, mask_fill, order) -> None:

@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 from torch.fx import Node
 
-from inductor_gqa.find.graph import CASTS, Reject, dtype, is_op, scalar, shape
+from inductor_gqa.find.graph import CASTS, Reject, dtype, is_op, runtime_scalar, scalar, shape
 
 aten = torch.ops.aten
 
@@ -25,10 +25,12 @@ class Norm:
     weight: Node
     style: str
     eps: float
+    eps_node: Optional[Node] = None    # a runtime eps (0-d tensor); ``eps`` is then unused
 
 
-def _normalized(n: Node) -> Optional[tuple[Node, float]]:
-    """(x, eps) if n == xf * rsqrt(mean(xf^2, -1, keepdim) + eps), xf = x upcast (or x)."""
+def _normalized(n: Node) -> Optional[tuple[Node, float, Optional[Node]]]:
+    """(x, eps, eps_node) if n == xf * rsqrt(mean(xf^2, -1, keepdim) + eps), xf = x upcast (or x).
+    eps_node is the graph's 0-d tensor when eps is a runtime value, else None."""
     if not is_op(n, aten.mul.Tensor):
         return None
     for xf, r in (n.args, n.args[::-1]):
@@ -48,14 +50,16 @@ def _normalized(n: Node) -> Optional[tuple[Node, float]]:
                 is_op(sq, aten.mul.Tensor) and sq.args[0] is xf and sq.args[1] is xf)
             if not ok_sq:
                 continue
-            eps_v = scalar(eps)
+            eps_v, eps_node = scalar(eps), None
             if eps_v is None:
-                raise Reject("rms_norm eps is a runtime value",
-                             "pass eps as a Python constant (or specialize floats)")
+                eps_node = runtime_scalar(eps)
+                if eps_node is None:
+                    raise Reject("rms_norm eps is a runtime value", "not a 0-d tensor")
+                eps_v = 0.0                    # placeholder: the op reads eps_node
             x = xf.args[0] if is_op(xf, *CASTS) else xf
             if dtype(xf) != torch.float32:
                 return None
-            return x, eps_v
+            return x, eps_v, eps_node
     return None
 
 
@@ -75,22 +79,22 @@ def match_rms_norm(node: Node) -> Optional[Norm]:
                 continue
             nx = _normalized(a)
             if nx is not None and dtype(inner) == torch.float32:
-                x, eps = nx
+                x, eps, eps_node = nx
                 if dtype(x) != out_dtype:
                     raise Reject("mixed dtypes", "norm output dtype differs from its input")
                 if is_op(b, aten.add.Tensor, aten.add.Scalar) and scalar(b.args[1]) == 1.0:
                     w = _fp32(b.args[0])
                     if w is not None:
-                        return Norm(x, w, "fp32_one_plus_weight", eps)
+                        return Norm(x, w, "fp32_one_plus_weight", eps, eps_node)
                 w = _fp32(b)
                 if w is not None and len(shape(w)) == 1:
-                    return Norm(x, w, "fp32_weight", eps)
+                    return Norm(x, w, "fp32_weight", eps, eps_node)
             # cast_weight: w * normalized.to(dtype)
             if is_op(a, *CASTS) and node is inner:
                 nx = _normalized(a.args[0])
                 if nx is not None and dtype(b) == out_dtype and len(shape(b)) == 1:
-                    x, eps = nx
+                    x, eps, eps_node = nx
                     if dtype(x) != out_dtype:
                         raise Reject("mixed dtypes", "norm weight dtype differs from q/k")
-                    return Norm(x, b, "cast_weight", eps)
+                    return Norm(x, b, "cast_weight", eps, eps_node)
     return None

@@ -136,10 +136,9 @@ def _module_inputs(workload, seq, batch):
 
 
 @pytest.mark.parametrize("workload", [wl.W075, wl.W092], ids=lambda w: w.name)
-@torch._dynamo.config.patch(specialize_float=True)
 def test_dynamic_shapes_compile_once(workload):
-    # dynamic=True also turns float attributes (scaling, eps) into runtime values unless floats
-    # are specialized; the op needs them as constants (see test_runtime_eps_is_reported).
+    # dynamic=True also turns float attributes (scaling, eps) into runtime 0-d tensors: the op
+    # takes them as tensor inputs, so the block is still fused and serves every (B, S)
     m, _ = _module_case(workload)
     compiled = torch.compile(m, backend="inductor_gqa", dynamic=True)
     for seq, batch in ((5, 2), (9, 3), (17, 4)):   # sizes 0/1 are always specialized
@@ -162,13 +161,20 @@ def test_dynamic_function_form_with_int_arguments():
     assert counters["stats"]["unique_graphs"] == 1
 
 
-def test_runtime_eps_is_reported():
-    """A float argument is a runtime value under dynamic=True: the norm cannot be fused as is."""
+def test_runtime_eps_argument_is_an_op_input():
+    """A float argument is a runtime value under dynamic=True; a new value must not recompile
+    and must be honoured."""
     fn = wl.workload_fn(wl.W092, **SMALL)
-    inputs = wl.make_inputs(wl.W092, 5, 2, hidden=128, **SMALL)
-    with torch.no_grad():
-        torch.compile(fn, backend="inductor_gqa", dynamic=True)(**inputs)
-    assert _stat("rejected: rms_norm eps is a runtime value") == 1
+    compiled = torch.compile(fn, backend="inductor_gqa", dynamic=True)
+    for eps in (1e-5, 0.5):
+        inputs = wl.make_inputs(wl.W092, 5, 2, hidden=128, **SMALL)
+        inputs["q_norm_weight"] = torch.rand(32).bfloat16() + 0.5
+        with torch.no_grad():
+            out = compiled(**inputs, rms_norm_eps=eps)
+            ref = fn(**inputs, rms_norm_eps=eps)
+        _close((out,), (ref,), torch.bfloat16)
+    assert _stat("blocks_fused") == 1
+    assert counters["stats"]["unique_graphs"] == 1
 
 
 def test_automatic_dynamic_after_second_shape():

@@ -93,8 +93,12 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
     k_heads, norm_k = _strip_norm_and_transpose(k_pre, "k")
     if (norm_q is None) != (norm_k is None):
         raise Reject("rms_norm not recognized", "norm on only one of q/k")
-    if norm_q is not None and (norm_q.style, norm_q.eps) != (norm_k.style, norm_k.eps):
-        raise Reject("rms_norm not recognized", "q and k norms differ")
+    if norm_q is not None:
+        if norm_q.style != norm_k.style:
+            raise Reject("rms_norm not recognized", "q and k norms differ")
+        if (norm_q.eps_node is None) != (norm_k.eps_node is None) or (
+                norm_q.eps_node is None and norm_q.eps != norm_k.eps):
+            raise Reject("rms_norm not recognized", "q and k norms use different eps")
     if not is_permute(v4, (0, 2, 1, 3)):
         raise Reject("head layout not recognized", "v is not a [B, S, H, D] transpose")
     v_heads = v4.args[0]
@@ -128,7 +132,10 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
         q_norm_weight=norm_q.weight if norm_q else None,
         k_norm_weight=norm_k.weight if norm_k else None,
         cos=cos, sin=sin, inv_freq=inv_freq, position_ids=position_ids,
-        attn_mask=core.mask_node, wo=end.wo, bo=end.bo)
+        attn_mask=core.mask_node, wo=end.wo, bo=end.bo, runtime_scale=core.scale_node,
+        runtime_eps=norm_q.eps_node if norm_q else None,
+        runtime_k_eps=(norm_k.eps_node if norm_k and norm_k.eps_node is not norm_q.eps_node
+                       else None))
     return BlockMatch(spec, tensors, end, core, (b, h, s, d))
 
 

@@ -184,3 +184,15 @@ def scalar(x) -> Optional[float]:
             a, b = scalar(x.args[0]), scalar(x.args[1])
             return None if a is None or b is None else fn(a, b)
     return None
+
+
+def runtime_scalar(x) -> Optional[Node]:
+    """A node holding a 0-d float tensor computed at run time (a float that Dynamo did not
+    specialize), else None. The op takes such a node as a tensor input."""
+    if not isinstance(x, Node):
+        return None
+    v = val(x)
+    if isinstance(v, torch.Tensor) and v.dim() == 0 and v.dtype.is_floating_point:
+        return x
+    return None
+

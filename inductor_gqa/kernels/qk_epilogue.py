@@ -128,7 +128,7 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
 
 
 @triton.jit
-def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps,
+def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, eps_k,
                         cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
                         pos_ptr, pos_b, pos_s, invf_ptr,
                         D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
@@ -144,14 +144,14 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                   ROPE_FROM_FREQ, LIBDEVICE, HQ_P2)
     else:
         if pid * ROWS < k_rows:
-            _rows(k_ptr, kw_ptr, k_rows, HK, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
+            _rows(k_ptr, kw_ptr, k_rows, HK, S, pid, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
                   pos_ptr, pos_b, pos_s, invf_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R,
                   ROPE_FROM_FREQ, LIBDEVICE, HK_P2)
 
 
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, inv_freq, position_ids,
                   batch, seq, num_heads, num_kv_heads, head_dim, norm, eps, rope, rotary_dim,
-                  interpret=False):
+                  interpret=False, eps_k=None):
     """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin already [B, S, R]-
     broadcast views (or None with inv_freq [R/2] and position_ids [B, S] broadcast views)."""
     d = head_dim
@@ -174,6 +174,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, inv_freq, positi
         q, k,
         q_norm_weight if norm != "none" else dummy, k_norm_weight if norm != "none" else dummy,
         q_rows, k_rows, num_heads, num_kv_heads, seq, float(eps),
+        float(eps if eps_k is None else eps_k),
         cos if (rope != "none" and not from_freq) else dummy,
         sin if (rope != "none" and not from_freq) else dummy, *cs,
         position_ids if from_freq else dummy, *pos, inv_freq if from_freq else dummy,

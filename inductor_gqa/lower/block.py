@@ -110,6 +110,17 @@ def run_block(t: dict, spec: BlockSpec):
         return None
 
 
+def _host_float(t, name, traced):
+    """A runtime float (0-d tensor) as a kernel argument: read on the host, so only from a CPU
+    tensor (a device tensor would need a sync, which CUDA-graph capture forbids)."""
+    v = t.get(name)
+    if v is None:
+        return traced
+    if v.device.type != "cpu" or v.numel() != 1:
+        raise _NotCovered
+    return float(v)
+
+
 def _run(t, spec):
     x = t["x"]
     b, s, e = x.shape
@@ -136,6 +147,10 @@ def _run(t, spec):
     mask = _mask_view(t, spec, b, h, s)
     interp = tuning.interpreting()
 
+    eps_value = _host_float(t, "runtime_eps", spec.eps)
+    eps_k_value = _host_float(t, "runtime_k_eps", eps_value)
+    scale_value = _host_float(t, "runtime_scale", spec.scale)
+
     # 1. projections (cuBLAS, bias fused; 3xTF32 Triton GEMM for fp32 "highest" where it measures
     #    faster), each [B, S, heads*D] contiguous
     prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
@@ -146,9 +161,10 @@ def _run(t, spec):
     # 2. norm + rope in place
     if spec.norm != "none" or spec.rope != "none":
         qk_norm_rope_(q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, inv, pos, b, s, h,
-                      hk, d, spec.norm, spec.eps, spec.rope, spec.rotary_dim, interpret=interp)
+                      hk, d, spec.norm, eps_value, spec.rope, spec.rotary_dim, interpret=interp,
+                      eps_k=eps_k_value)
     # 3. attention -> o [B, S, H*D]
-    o, probs = attention(q, k, v, mask, spec, b, s)
+    o, probs = attention(q, k, v, mask, spec, b, s, scale_value)
     # 4. o_proj
     out = linear(o, t["wo"], t["bo"], prec) if t["wo"] is not None else o
     return out.contiguous(), (probs if spec.return_probs else x.new_empty((0,)))
@@ -159,14 +175,16 @@ def _sdpa_ok(spec: BlockSpec, dt):
             and not tuning.interpreting())
 
 
-def attention(q, k, v, mask, spec: BlockSpec, b, s):
+def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value=None):
     """q [B,S,H*D], k/v [B,S,Hkv*D] contiguous -> (o [B,S,H*D], probs or None)."""
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     dt = q.dtype
     qs = (q, (s * h * d, d, h * d))
     ks = (k, (s * hk * d, d, hk * d))
     vs = (v, (s * hk * d, d, hk * d))
-    scale = spec.scale if spec.core == "sdpa" else spec.effective_scale
+    scale = spec.scale if scale_value is None else scale_value
+    if spec.core == "explicit" and spec.scale_op == "div":
+        scale = 1.0 / scale
     prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
     upcast = tuning.interpreting() and dt != torch.float32
     mk = flash.MASK_CODES[spec.mask]

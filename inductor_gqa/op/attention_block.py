@@ -4,6 +4,11 @@ One call computes a whole attention block: Q/K/V projections (+bias), optional p
 optional RoPE, grouped-query attention, optional o_proj. Every static variation is a scalar argument
 (see ``plan/spec.py``), so one schema covers every variant the matcher accepts.
 
+A float that is a runtime value in the graph (Dynamo keeps float arguments and attributes as 0-d
+tensors under ``dynamic=True``) comes in as ``runtime_scale`` / ``runtime_eps`` (and
+``runtime_k_eps`` when k's norm has its own, else k uses ``runtime_eps``); the float
+``scale`` / ``eps`` are then unused (the matcher sets them to 0.0).
+
 Dispatch: a registered kernel backend (``register_kernels``) gets the first chance to run the block;
 it returns None for anything it does not cover and the PyTorch reference runs instead.
 """
@@ -20,7 +25,8 @@ from .reference import attention_block_reference
 OP_NAME = "inductor_gqa::attention_block"
 
 _TENSOR_ARGS = ("x", "wq", "wk", "wv", "bq", "bk", "bv", "q_norm_weight", "k_norm_weight", "cos",
-                "sin", "inv_freq", "position_ids", "attn_mask", "wo", "bo")
+                "sin", "inv_freq", "position_ids", "attn_mask", "wo", "bo", "runtime_scale",
+                "runtime_eps", "runtime_k_eps")
 
 # A kernel backend: fn(tensors: dict, spec) -> (out, probs) or None (= not covered, use reference).
 _kernel_backends: list[Callable] = []
@@ -44,6 +50,8 @@ def attention_block(
     cos: Optional[torch.Tensor], sin: Optional[torch.Tensor],
     inv_freq: Optional[torch.Tensor], position_ids: Optional[torch.Tensor],
     attn_mask: Optional[torch.Tensor], wo: Optional[torch.Tensor], bo: Optional[torch.Tensor],
+    runtime_scale: Optional[torch.Tensor], runtime_eps: Optional[torch.Tensor],
+    runtime_k_eps: Optional[torch.Tensor],
     num_heads: int, num_kv_heads: int, head_dim: int, norm: str, eps: float, rope: str,
     rotary_dim: int, core: str, scale: float, scale_op: str, causal: bool, mask: str,
     mask_fill: float, return_probs: bool,
@@ -53,7 +61,8 @@ def attention_block(
                      scale_op=scale_op, causal=causal, mask=mask, mask_fill=mask_fill,
                      return_probs=return_probs)
     tensors = dict(zip(_TENSOR_ARGS, (x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos,
-                                      sin, inv_freq, position_ids, attn_mask, wo, bo)))
+                                      sin, inv_freq, position_ids, attn_mask, wo, bo,
+                                      runtime_scale, runtime_eps, runtime_k_eps)))
     for backend in _kernel_backends:
         result = backend(tensors, spec)
         if result is not None:
@@ -65,7 +74,8 @@ def attention_block(
 
 @attention_block.register_fake
 def _(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin, inv_freq, position_ids,
-      attn_mask, wo, bo, num_heads, num_kv_heads, head_dim, norm, eps, rope, rotary_dim, core,
+      attn_mask, wo, bo, runtime_scale, runtime_eps, runtime_k_eps, num_heads, num_kv_heads, head_dim, norm, eps,
+      rope, rotary_dim, core,
       scale, scale_op, causal, mask, mask_fill, return_probs):
     b, s, _ = x.shape
     width = wo.shape[0] if wo is not None else num_heads * head_dim

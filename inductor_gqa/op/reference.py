@@ -12,10 +12,11 @@ import torch.nn.functional as F
 from ..plan.spec import BlockSpec
 
 
-def rms_norm(x: torch.Tensor, w: torch.Tensor, spec: BlockSpec) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, w: torch.Tensor, spec: BlockSpec, eps=None) -> torch.Tensor:
+    """``eps``: a 0-d tensor when it is a runtime value, else spec.eps."""
     dtype = x.dtype
     h = x.to(torch.float32)
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + spec.eps)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + (spec.eps if eps is None else eps))
     if spec.norm == "fp32_weight":
         return (h * w.to(torch.float32)).to(dtype)
     if spec.norm == "fp32_one_plus_weight":
@@ -66,7 +67,7 @@ def _repeat_kv(t: torch.Tensor, groups: int) -> torch.Tensor:
     return t[:, :, None].expand(b, h, groups, s, d).reshape(b, h * groups, s, d)
 
 
-def attention_core(q, k, v, attn_mask, spec: BlockSpec):
+def attention_core(q, k, v, attn_mask, spec: BlockSpec, runtime_scale=None):
     """q [B, H, S, D], k/v [B, Hkv, S, D] -> (o [B, H, S, D], probs or None)."""
     k = _repeat_kv(k, spec.groups)
     v = _repeat_kv(v, spec.groups)
@@ -81,7 +82,8 @@ def attention_core(q, k, v, attn_mask, spec: BlockSpec):
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=spec.causal, scale=spec.scale), None
     s = torch.matmul(q, k.transpose(2, 3))
-    s = s * spec.scale if spec.scale_op == "mul" else s / spec.scale
+    scale = spec.scale if runtime_scale is None else runtime_scale
+    s = s * scale if spec.scale_op == "mul" else s / scale
     if spec.causal:
         s = s.masked_fill(~_causal_keep(q.shape[-2], k.shape[-2], q.device), float("-inf"))
     if spec.mask == "bool_fill":
@@ -99,7 +101,7 @@ def _causal_keep(sq: int, sk: int, device) -> torch.Tensor:
 
 
 def project_qkv(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin, inv_freq,
-                position_ids, spec: BlockSpec):
+                position_ids, spec: BlockSpec, runtime_eps=None, runtime_k_eps=None):
     """x [B, S, E] -> q [B, H, S, D], k/v [B, Hkv, S, D] after bias, norm and RoPE."""
     b, s, _ = x.shape
     d = spec.head_dim
@@ -107,8 +109,9 @@ def project_qkv(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, si
     k = F.linear(x, wk, bk).view(b, s, spec.num_kv_heads, d)
     v = F.linear(x, wv, bv).view(b, s, spec.num_kv_heads, d)
     if spec.norm != "none":
-        q = rms_norm(q, q_norm_weight, spec)
-        k = rms_norm(k, k_norm_weight, spec)
+        q = rms_norm(q, q_norm_weight, spec, runtime_eps)
+        k = rms_norm(k, k_norm_weight, spec,
+                     runtime_eps if runtime_k_eps is None else runtime_k_eps)
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if spec.rope != "none":
         if cos is None:
@@ -119,10 +122,11 @@ def project_qkv(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, si
 
 
 def attention_block_reference(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin,
-                              inv_freq, position_ids, attn_mask, wo, bo, spec: BlockSpec):
+                              inv_freq, position_ids, attn_mask, wo, bo, spec: BlockSpec,
+                              runtime_scale=None, runtime_eps=None, runtime_k_eps=None):
     q, k, v = project_qkv(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin,
-                          inv_freq, position_ids, spec)
-    o, probs = attention_core(q, k, v, attn_mask, spec)
+                          inv_freq, position_ids, spec, runtime_eps, runtime_k_eps)
+    o, probs = attention_core(q, k, v, attn_mask, spec, runtime_scale)
     b, _, s, _ = q.shape
     o = o.transpose(1, 2).contiguous().view(b, s, spec.num_heads * spec.head_dim)
     if wo is not None:

@@ -214,3 +214,23 @@ def test_linear_3xtf32_matches_fp32(bias):
     b = torch.randn(40, generator=g) if bias else None
     torch.testing.assert_close(linear(x, w, b, "tf32x3"), torch.nn.functional.linear(x, w, b),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scale_op", ["mul", "div"])
+def test_runtime_scale_and_eps(scale_op):
+    """Runtime floats arrive as 0-d tensors; kernels read them on the host, the reference uses
+    them as tensors; the float fields are placeholders (0.0) and must not be used."""
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=32, norm="fp32_weight", eps=0.0,
+                     rope="half", rotary_dim=32, core="explicit", scale=0.0, scale_op=scale_op,
+                     causal=True, return_probs=True)
+    t = _inputs(spec, 2, 17, 64, F32)
+    t.update(runtime_scale=torch.tensor(0.3), runtime_eps=torch.tensor(0.25),
+             runtime_k_eps=torch.tensor(1e-3))
+    out, probs = block.run_block(dict(t), spec)
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    torch.testing.assert_close(out, ref, atol=2e-4, rtol=2e-4)
+    torch.testing.assert_close(probs, ref_p, atol=2e-5, rtol=1e-4)
+    # the runtime values matter: other values, other results
+    t2 = dict(t, runtime_eps=torch.tensor(0.5))
+    assert not torch.allclose(block.run_block(dict(t2), spec)[0], out)
