@@ -48,24 +48,30 @@ class AttentionBlockPass(CustomGraphPass):
 
     def __init__(self, options: Optional[Options] = None, chain=None):
         self.options = options or Options()
-        self.chain = chain
+        self.chain = chain          # None, a pass, or a list/tuple of passes (newer Inductor)
+
+    def _chained(self) -> tuple:
+        if self.chain is None:
+            return ()
+        return tuple(self.chain) if isinstance(self.chain, (list, tuple)) else (self.chain,)
 
     def __call__(self, graph: Graph) -> None:
         run(graph, self.options)
-        if self.chain is not None:
-            self.chain(graph)
+        for p in self._chained():
+            p(graph)
 
     def uuid(self):
         global _SOURCE_HASH
         if _SOURCE_HASH is None:
             _SOURCE_HASH = source_hash()
-        chained = None
-        if self.chain is not None:
-            chained = self.chain.uuid() if isinstance(self.chain, CustomGraphPass) else None
-            if chained is None:
+        chained = []
+        for p in self._chained():
+            u = p.uuid() if isinstance(p, CustomGraphPass) else None
+            if u is None:
                 return None   # a chained plain callable cannot be cached safely: bypass
+            chained.append(u)
         return ("inductor_gqa", _SOURCE_HASH, repr(dataclasses.astuple(self.options)),
-                torch.__version__, chained)
+                torch.__version__, tuple(chained))
 
 
 def _requires_grad(graph: Graph) -> bool:

@@ -59,6 +59,9 @@ def test_uuid_covers_options_and_chained_pass():
     assert AttentionBlockPass(chain=Recorder()).uuid() != base
     # a plain callable cannot be hashed: None makes Inductor bypass its cache
     assert AttentionBlockPass(chain=lambda g: None).uuid() is None
+    # newer Inductor accepts a list of passes: each is chained and hashed
+    assert AttentionBlockPass(chain=[Recorder(), Recorder()]).uuid() is not None
+    assert AttentionBlockPass(chain=[Recorder(), lambda g: None]).uuid() is None
 
 
 def test_install_chains_and_restores_a_user_pass():
