@@ -12,21 +12,22 @@ from .graph_pass import AttentionBlockPass
 from .options import Options
 
 
+def _prior_pass():
+    """The joint-graph pass configured before ours (ours is never chained to itself)."""
+    current = inductor_config.joint_custom_pre_pass
+    return current.chain if isinstance(current, AttentionBlockPass) else current
+
+
 def install(options: Optional[Options] = None) -> AttentionBlockPass:
     """Put our pass into stock Inductor; a joint-graph pass the user set before is chained."""
-    current = inductor_config.joint_custom_pre_pass
-    if isinstance(current, AttentionBlockPass):
-        current = current.chain
-    p = AttentionBlockPass(options, chain=current)
+    p = AttentionBlockPass(options, chain=_prior_pass())
     inductor_config.joint_custom_pre_pass = p
     return p
 
 
 def uninstall() -> None:
     """Remove our pass, restoring whatever pass was configured before install()."""
-    current = inductor_config.joint_custom_pre_pass
-    if isinstance(current, AttentionBlockPass):
-        inductor_config.joint_custom_pre_pass = current.chain
+    inductor_config.joint_custom_pre_pass = _prior_pass()
 
 
 def is_installed() -> bool:
@@ -49,8 +50,5 @@ def inductor_gqa_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     from torch._inductor.compile_fx import compile_fx
 
     options = kwargs.pop("options", None)
-    current = inductor_config.joint_custom_pre_pass
-    if isinstance(current, AttentionBlockPass):
-        current = current.chain
-    p = AttentionBlockPass(options if isinstance(options, Options) else None, chain=current)
+    p = AttentionBlockPass(options if isinstance(options, Options) else None, chain=_prior_pass())
     return compile_fx(gm, example_inputs, config_patches={"joint_custom_pre_pass": p})

@@ -92,11 +92,6 @@ def arg(node: Node, name: str, default=None):
     return default
 
 
-def single_user(node: Node) -> Optional[Node]:
-    users = list(node.users)
-    return users[0] if len(users) == 1 else None
-
-
 def through_views(node: Node) -> Node:
     """Skip view/reshape/_unsafe_view/contiguous clones upward (values and order unchanged)."""
     while is_op(node, *VIEWS) or _is_contig_clone(node) or is_op(node, aten.alias.default):

@@ -24,7 +24,3 @@ def rejected(anchor, reason: str, detail: str = "") -> None:
     log.info("left attention-like block at %s unfused: %s%s", anchor.name, reason,
              f" ({detail})" if detail else "")
 
-
-def summary() -> dict:
-    """A copy of the counters, for printing and tests."""
-    return dict(counters["inductor_gqa"])

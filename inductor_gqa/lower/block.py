@@ -175,16 +175,14 @@ def _sdpa_ok(spec: BlockSpec, dt):
             and not tuning.interpreting())
 
 
-def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value=None):
+def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float):
     """q [B,S,H*D], k/v [B,S,Hkv*D] contiguous -> (o [B,S,H*D], probs or None)."""
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     dt = q.dtype
     qs = (q, (s * h * d, d, h * d))
     ks = (k, (s * hk * d, d, hk * d))
     vs = (v, (s * hk * d, d, hk * d))
-    scale = spec.scale if scale_value is None else scale_value
-    if spec.core == "explicit" and spec.scale_op == "div":
-        scale = 1.0 / scale
+    scale = spec.effective_scale(scale_value)
     prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
     upcast = tuning.interpreting() and dt != torch.float32
     mk = flash.MASK_CODES[spec.mask]

@@ -2,12 +2,13 @@
 
 The matcher fills a BlockSpec from the graph; the op's schema carries exactly these fields as its
 scalar arguments; kernels and the reference read them back. Keep the three in step by going through
-``BlockSpec.op_kwargs`` / ``BlockSpec.from_op_args``.
+``BlockSpec.op_kwargs``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 NORMS = ("none", "fp32_weight", "cast_weight", "fp32_one_plus_weight")
 ROPES = ("none", "half", "interleaved")
@@ -70,19 +71,12 @@ class BlockSpec:
     def groups(self) -> int:
         return self.num_heads // self.num_kv_heads
 
-    @property
-    def effective_scale(self) -> float:
-        return self.scale if self.scale_op == "mul" else 1.0 / self.scale
+    def effective_scale(self, value: Optional[float] = None) -> float:
+        """The multiplier of the scores: ``value`` (a runtime scale) or ``scale``, inverted for
+        the explicit chain's division. SDPA's scale is always a multiplier."""
+        v = self.scale if value is None else value
+        return 1.0 / v if self.core == "explicit" and self.scale_op == "div" else v
 
     def op_kwargs(self) -> dict:
         return dataclasses.asdict(self)
 
-    @classmethod
-    def from_op_args(cls, **kw) -> "BlockSpec":
-        return cls(**kw)
-
-
-SCHEMA_SCALARS = (
-    "int num_heads, int num_kv_heads, int head_dim, str norm, float eps, str rope, int rotary_dim, "
-    "str core, float scale, str scale_op, bool causal, str mask, float mask_fill, bool return_probs"
-)
