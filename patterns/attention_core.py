@@ -223,19 +223,34 @@ def _check_mask_order(causal, causal_exact, mask_kind, mask_fill, order) -> None
         raise Reject("mask not recognized", "finite masked_fill applied before the causal mask")
 
 
-def _reaches_dropout(n: Node, depth: int = 4) -> bool:
-    """Random ops a few steps after the softmax (F.dropout with training=True, SDPA's math path)."""
-    frontier = list(n.users)
+def _found_within(starts, step, pred, depth: int) -> bool:
+    """Breadth-first over ``step`` (users or inputs) for at most ``depth`` levels."""
+    frontier, seen = list(starts), set()
     for _ in range(depth):
         nxt = []
-        for u in frontier:
-            if is_op(u, *_DROPOUT) or any(
-                    is_op(a, *_DROPOUT) or any(is_op(b, *_DROPOUT) for b in a.all_input_nodes)
-                    for a in u.all_input_nodes):   # the keep-mask is rand > p, one step away
+        for m in frontier:
+            if m in seen:
+                continue
+            seen.add(m)
+            if pred(m):
                 return True
-            nxt.extend(u.users)
+            nxt.extend(step(m))
         frontier = nxt
     return False
+
+
+def _is_random(n: Node) -> bool:
+    return is_op(n, *_DROPOUT)
+
+
+def _reaches_dropout(n: Node, depth: int = 4) -> bool:
+    """Random ops a few steps after the softmax (F.dropout with training=True, SDPA's math path);
+    the keep-mask (rand > p) sits one step away from the op that applies it."""
+    def applies_random(u: Node) -> bool:
+        return _is_random(u) or any(
+            _is_random(a) or any(_is_random(b) for b in a.all_input_nodes)
+            for a in u.all_input_nodes)
+    return _found_within(n.users, lambda u: u.users, applies_random, depth)
 
 
 def _skip_cast_to(n: Node, dt: torch.dtype) -> Node:
@@ -255,18 +270,8 @@ def _looks_like_scores(n: Node) -> bool:
 def _reaches_bmm(n: Node, depth: int = 8) -> bool:
     """Whether a matmul is among n's inputs within a few steps (any argument, not just the first:
     ``where(causal, -inf, scores)`` keeps the scores in its last argument)."""
-    frontier, seen = [n], set()
-    for _ in range(depth):
-        nxt = []
-        for m in frontier:
-            if m in seen or not isinstance(m, Node):
-                continue
-            seen.add(m)
-            if is_op(m, aten.bmm.default, aten.matmul.default):
-                return True
-            nxt.extend(m.all_input_nodes)
-        frontier = nxt
-    return False
+    return _found_within([n], lambda m: m.all_input_nodes,
+                         lambda m: is_op(m, aten.bmm.default, aten.matmul.default), depth)
 
 
 # --------------------------------------------------------------------------------------------- sdpa
