@@ -9,7 +9,7 @@ import torch
 from torch._inductor import config as inductor_config
 
 from .graph_pass import AttentionBlockPass
-from .options import Options
+from .options import Options, as_options
 
 
 def _prior_pass():
@@ -20,7 +20,7 @@ def _prior_pass():
 
 def install(options: Optional[Options] = None) -> AttentionBlockPass:
     """Put our pass into stock Inductor; a joint-graph pass the user set before is chained."""
-    p = AttentionBlockPass(options, chain=_prior_pass())
+    p = AttentionBlockPass(as_options(options), chain=_prior_pass())
     inductor_config.joint_custom_pre_pass = p
     return p
 
@@ -49,6 +49,6 @@ def inductor_gqa_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     """``torch.compile(model, backend="inductor_gqa")``: stock Inductor plus our pass."""
     from torch._inductor.compile_fx import compile_fx
 
-    options = kwargs.pop("options", None)
-    p = AttentionBlockPass(options if isinstance(options, Options) else None, chain=_prior_pass())
+    options = as_options(kwargs.pop("options", None))
+    p = AttentionBlockPass(options, chain=_prior_pass())
     return compile_fx(gm, example_inputs, config_patches={"joint_custom_pre_pass": p})

@@ -18,3 +18,17 @@ class Options:
     # default: on the H200 the in-graph cos/sin table (one small Inductor kernel) measured ~2%
     # faster over W075's cases (perf/results/nvidia-h200/runs/), though small cases gain a launch.
     rope_from_positions: bool = False
+
+
+def as_options(value) -> "Options | None":
+    """Options from an Options, a dict of its fields (``torch.compile(..., options={...})``), or
+    None; anything else, or an unknown field, is an error rather than silently ignored."""
+    if value is None or isinstance(value, Options):
+        return value
+    if isinstance(value, dict):
+        names = {f.name for f in dataclasses.fields(Options)}
+        unknown = sorted(set(value) - names)
+        if unknown:
+            raise TypeError(f"inductor_gqa: unknown option(s) {unknown}; known: {sorted(names)}")
+        return Options(**value)
+    raise TypeError(f"inductor_gqa: options must be an Options or a dict, not {type(value)}")

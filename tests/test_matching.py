@@ -95,6 +95,30 @@ def test_workload_function_form(workload):
     _close(out, ref, workload.dtype)
 
 
+def test_backend_takes_options_dict(monkeypatch):
+    import importlib
+    inst = importlib.import_module("inductor_gqa.install")   # the package's install() shadows it
+    seen = []
+
+    class Recording(inst.AttentionBlockPass):
+        def __init__(self, options=None, chain=None):
+            seen.append(options)
+            super().__init__(options, chain=chain)
+
+    monkeypatch.setattr(inst, "AttentionBlockPass", Recording)
+    fn, inputs = _workload_case(wl.W075)
+    out, ref = _compile_and_run(fn, inputs, options={"rope_from_positions": True})
+    assert seen and seen[0] == inductor_gqa.Options(rope_from_positions=True)
+    assert _stat("blocks_fused") == 1
+    _close(out, ref, torch.float32)
+
+
+def test_backend_rejects_unknown_option():
+    fn, inputs = _workload_case(wl.W075)
+    with pytest.raises(Exception, match="unknown option"):
+        _compile_and_run(fn, inputs, options={"rope_from_position": True})
+
+
 def test_w075_causal_function_form():
     fn, inputs = _workload_case(wl.W075)
     inputs["is_causal"] = True
