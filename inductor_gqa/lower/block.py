@@ -2,7 +2,8 @@
 
     q, k, v = linear(x, w*, b*)            cuBLAS, bias in its epilogue, [B*S, heads*D] each
                                            (fp32 under "highest": 3xTF32 Triton GEMM where it
-                                           measures faster than cuBLAS's IEEE GEMM)
+                                           measures faster than cuBLAS's IEEE GEMM); float32 V
+                                           comes transposed, [Hkv*D, B*S] (linear_t)
     qk_norm_rope_(q, k)                    one Triton launch: RMSNorm (fp32) + RoPE, in place
     attention                              Triton flash kernel (GQA-native, masks, causal skip),
                                            two-pass when probabilities are returned; or the
@@ -25,7 +26,7 @@ import torch.nn.functional as F
 
 from ..kernels import flash, tuning
 from ..kernels.qk_epilogue import qk_norm_rope_
-from .linear import linear
+from .linear import linear, linear_t
 from ..plan.spec import BlockSpec
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -88,10 +89,14 @@ def _attention_configs(dtype, d, mode):
     if tuning.interpreting():
         return [(32, 32, 4, 1)]
     if dtype == torch.float32:
+        # (BLOCK_M, BLOCK_N, warps, stages); measured on the H200 with K-major V: the
+        # probabilities pass likes narrow N tiles (store + P@V per tile), the stats pass wide ones
         if mode == 2:
-            return [(32, 128, 4, 2), (64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 8, 2),
-                    (128, 128, 8, 2), (32, 64, 4, 2), (32, 128, 4, 3), (64, 64, 4, 1),
-                    (16, 128, 4, 2), (64, 32, 4, 2)]
+            return [(128, 32, 8, 2), (128, 32, 8, 3), (256, 32, 8, 2), (128, 64, 8, 2),
+                    (64, 32, 4, 2), (64, 64, 4, 2), (32, 64, 4, 2), (128, 16, 8, 2)]
+        if mode == 1:
+            return [(128, 128, 8, 2), (128, 64, 8, 2), (64, 128, 4, 2), (64, 64, 4, 2),
+                    (128, 128, 8, 3), (256, 64, 8, 2), (32, 128, 4, 2)]
         return [(64, 64, 4, 2), (128, 64, 8, 2), (128, 128, 8, 2), (64, 128, 4, 2),
                 (32, 128, 4, 2), (64, 128, 4, 3), (16, 128, 4, 2)]
     if d <= 64:
@@ -154,10 +159,13 @@ def _run(t, spec):
     # 1. projections (cuBLAS, bias fused; 3xTF32 Triton GEMM for fp32 "highest" where it measures
     #    faster), each [B, S, heads*D] contiguous
     prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
-    q = linear(x, t["wq"], t["bq"], prec)
-    k = linear(x, t["wk"], t["bk"], prec)
-    v = linear(x, t["wv"], t["bv"], prec)
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    q = linear(x, t["wq"], t["bq"], prec).contiguous()
+    k = linear(x, t["wk"], t["bk"], prec).contiguous()
+    if dt == torch.float32:
+        # V^T [Hkv*D, B*S]: the K-major operand Hopper's TF32 MMA needs for P @ V
+        v = linear_t(x, t["wv"], t["bv"], prec)
+    else:
+        v = linear(x, t["wv"], t["bv"], prec).contiguous()
     # 2. norm + rope in place
     if spec.norm != "none" or spec.rope != "none":
         qk_norm_rope_(q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, inv, pos, b, s, h,
@@ -176,12 +184,17 @@ def _sdpa_ok(spec: BlockSpec, dt):
 
 
 def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float):
-    """q [B,S,H*D], k/v [B,S,Hkv*D] contiguous -> (o [B,S,H*D], probs or None)."""
+    """q [B,S,H*D], k [B,S,Hkv*D] contiguous, v the same or V^T [Hkv*D, B*S] contiguous
+    -> (o [B,S,H*D], probs or None)."""
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     dt = q.dtype
     qs = (q, (s * h * d, d, h * d))
     ks = (k, (s * hk * d, d, hk * d))
-    vs = (v, (s * hk * d, d, hk * d))
+    v_kmajor = v.dim() == 2       # V^T [Hkv*D, B*S] from linear_t, else [B, S, Hkv*D]
+    if v_kmajor:
+        vs = (v, (s, d * b * s, 1, b * s))
+    else:
+        vs = (v, (s * hk * d, d, hk * d, 1))
     scale = spec.effective_scale(scale_value)
     prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
     upcast = tuning.interpreting() and dt != torch.float32
@@ -195,7 +208,8 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float):
             return _sdpa(q, k, v, spec, b, s, scale)
         bm, bn, nw, ns = cfg
         flash.launch(qs, ks, vs, o, probs, mask, ml, b, s, h, spec.groups, d, scale,
-                     spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns)
+                     spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns,
+                     v_kmajor=v_kmajor)
         return o
 
     if not spec.return_probs:

@@ -36,6 +36,16 @@ def linear(x: torch.Tensor, w: torch.Tensor, b, prec: str) -> torch.Tensor:
         return y
 
     cands = [(32, 32, 32, 8, 4, 1)] if tuning.interpreting() else _CONFIGS + ["cublas"]
-    key = ("linear", tuning.bucket(m), n, k, prec, b is not None)
+    key = ("linear", tuning.bucket(m), tuning.bucket(n), k, prec, b is not None)
     out = run(tuning.pick(key, cands, run))
     return out.reshape(*x.shape[:-1], n)
+
+
+def linear_t(x: torch.Tensor, w: torch.Tensor, b, prec: str) -> torch.Tensor:
+    """(x @ W^T + b)^T as one [N, B*S] matrix (W @ x2d^T): the K-major V operand of the attention
+    kernel. Same GEMM choice as ``linear``, with the roles of the two operands swapped."""
+    x2d = x.reshape(-1, x.shape[-1])
+    y = linear(w, x2d, None, prec)
+    if b is not None:
+        y = y + b[:, None]
+    return y.contiguous()

@@ -156,6 +156,30 @@ def test_masks(core, mask, fill, shape, causal, probs):
     _compare(spec, 2, 17, 64, F32, mask_shape=(mask, shape))
 
 
+@pytest.mark.parametrize("mask", ["additive", "bool_fill"])
+@pytest.mark.parametrize("probs", [False, True])
+def test_finfo_min_masks_whole_rows(mask, probs):
+    # finfo.min in log2 units must stay finite: a wholly masked row is uniform in eager
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, core="explicit", scale=0.25,
+                     scale_op="mul", mask=mask, mask_fill=torch.finfo(F32).min,
+                     return_probs=probs)
+    t = _inputs(spec, 2, 17, 64, F32, mask_shape=(mask, (2, 1, 17, 17)))
+    m = t["attn_mask"]
+    if mask == "additive":
+        m[:, :, 3:5] = torch.finfo(F32).min
+        m[:, :, 7, :9] = torch.finfo(F32).min
+    else:
+        m[:, :, 3:5] = True
+        m[:, :, 7, :9] = True
+    got = block.run_block(dict(t), spec)
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    torch.testing.assert_close(got[0], ref, atol=2e-4, rtol=2e-4)
+    if probs:
+        torch.testing.assert_close(got[1], ref_p, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(got[1][:, :, 3], torch.full_like(got[1][:, :, 3], 1 / 17))
+
+
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("wo,bo", [(True, True), (False, False)])
 def test_sdpa_core_no_probs(dtype, wo, bo):
