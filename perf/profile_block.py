@@ -1,0 +1,82 @@
+"""Per-kernel breakdown of one compiled call: which kernels run and how long each takes.
+
+    PYTHONPATH=$PWD python -m perf.profile_block --impl backend --cases W075-high:131x1,W092:128x1
+
+Compiles the workload function as the perf job does (same dynamic marking), warms up, then
+profiles ``--calls`` calls and prints every CUDA kernel with its launches per call and mean time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+
+import torch
+
+from inductor_gqa import workloads as wl
+
+from . import bench
+
+
+def parse_case(spec: str):
+    name, shape = spec.split(":")
+    s, b = (int(v) for v in shape.split("x"))
+    workload, _, precision = name.partition("-")
+    return getattr(wl, workload), precision or "highest", s, b
+
+
+def profile_case(workload, precision, s, b, impl, dynamic, calls):
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    torch.set_float32_matmul_precision(precision)
+    torch._dynamo.reset()
+    with bench.implementation(impl) as compile_:
+        fn = compile_(workload.fn)
+        inputs = bench.make_inputs(workload, s, b, "cuda", seed=0)
+        if impl != "eager":
+            bench.mark_dynamic(inputs, workload, dynamic)
+        for _ in range(3):
+            fn(**inputs)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn(**inputs)
+            torch.cuda.synchronize()
+    per = collections.OrderedDict()
+    for e in prof.events():
+        if e.device_type != DeviceType.CUDA:
+            continue
+        n, us = per.get(e.name, (0, 0.0))
+        per[e.name] = (n + 1, us + e.time_range.elapsed_us())
+    rows = [dict(kernel=k[:110], per_call=n / calls, us=us / calls) for k, (n, us) in per.items()]
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--cases", default="W075-high:131x1,W075-high:4096x1,W092:128x1")
+    p.add_argument("--impl", default="backend")
+    p.add_argument("--dynamic", default="unbacked")
+    p.add_argument("--calls", type=int, default=5)
+    p.add_argument("--out", default="")
+    a = p.parse_args(argv)
+    report = {}
+    for spec in a.cases.split(","):
+        workload, precision, s, b = parse_case(spec)
+        rows = profile_case(workload, precision, s, b, a.impl, a.dynamic, a.calls)
+        report[spec] = rows
+        total = sum(r["us"] for r in rows)
+        print(f"\n== {spec} ({a.impl}): {sum(r['per_call'] for r in rows):.0f} kernels, "
+              f"{total:.1f} us summed kernel time")
+        for r in rows:
+            print(f"  {r['per_call']:4.1f}x {r['us']:8.1f} us  {r['kernel']}")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""A few small calls of the fused block, for compute-sanitizer (memcheck, racecheck).
+
+    compute-sanitizer --tool memcheck python -m perf.sanitize_block --cases W075-high:131x1
+    compute-sanitizer --tool racecheck python -m perf.sanitize_block --cases W092:128x1
+
+Each case runs the op's GPU path once per listed variant (W075 also causal), with fixed configs
+(no config timing, so every kernel launched is one the block really uses), and checks the outputs
+against the workload's tolerance rule so a bad launch cannot pass silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from inductor_gqa import workloads as wl
+from inductor_gqa.kernels import tuning
+from inductor_gqa.lower import block
+
+from .kernels_check import w075_block, w092_block
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--cases", default="W075-high:131x1,W075-highest:373x1,W092:131x1")
+    p.add_argument("--config", type=int, default=0,
+                   help="index of the candidate config every choice takes (no timing)")
+    a = p.parse_args(argv)
+    tuning.pick = lambda key, cands, run: cands[min(a.config, len(cands) - 1)]
+    bad = 0
+    for spec in a.cases.split(","):
+        name, shape = spec.split(":")
+        s, b = (int(v) for v in shape.split("x"))
+        wname, _, precision = name.partition("-")
+        workload = getattr(wl, wname)
+        for causal in ((False, True) if wname == "W075" else (False,)):
+            inp = wl.make_inputs(workload, s, b, device="cuda", seed=s + b)
+            torch.set_float32_matmul_precision("highest")
+            with torch.no_grad():
+                ref = (workload.fn(**inp, is_causal=causal) if wname == "W075"
+                       else (workload.fn(**inp),))
+            torch.set_float32_matmul_precision(precision or "highest")
+            t, blk = w075_block(inp, causal) if wname == "W075" else w092_block(inp)
+            got = block.run_block(t, blk)
+            torch.cuda.synchronize()
+            outs = got[:len(ref)]
+            at = wl.atol(workload, s, b)
+            for o, r in zip(outs, ref):
+                ok, frac = wl.check(o, r, at, workload.rtol)
+                bad += not ok
+                print(f"{spec} causal={causal}: ok={ok} pass_frac={frac:.5f}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
