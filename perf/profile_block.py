@@ -3,7 +3,9 @@
     PYTHONPATH=$PWD python -m perf.profile_block --impl backend --cases W075-high:131x1,W092:128x1
 
 Compiles the workload function as the perf job does (same dynamic marking), warms up, then
-profiles ``--calls`` calls and prints every CUDA kernel with its launches per call and mean time.
+profiles ``--calls`` calls and prints every CUDA kernel with its launches per call and mean time,
+and the call's GPU time from CUDA-graph replay. ``--options '{"rope_from_positions": true}'``
+compiles the backend with those Options, for A/B runs.
 """
 
 from __future__ import annotations
@@ -27,23 +29,31 @@ def parse_case(spec: str):
     return getattr(wl, workload), precision or "highest", s, b
 
 
-def profile_case(workload, precision, s, b, impl, dynamic, calls):
+def compiled(workload, impl, options=None):
+    """One compilation per workload and implementation (B and S symbolic, reused across cases)."""
+    torch._dynamo.reset()
+    if options and impl == "backend":
+        return torch.compile(workload.fn, backend="inductor_gqa", options=options)
+    ctx = bench.implementation(impl)
+    compile_ = ctx.__enter__()          # "install" stays installed for the rest of the run
+    return compile_(workload.fn)
+
+
+def profile_case(fn, workload, precision, s, b, impl, dynamic, calls):
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     torch.set_float32_matmul_precision(precision)
-    torch._dynamo.reset()
-    with bench.implementation(impl) as compile_:
-        fn = compile_(workload.fn)
-        inputs = bench.make_inputs(workload, s, b, "cuda", seed=0)
-        if impl != "eager":
-            bench.mark_dynamic(inputs, workload, dynamic)
-        for _ in range(3):
+    inputs = bench.make_inputs(workload, s, b, "cuda", seed=0)
+    if impl != "eager":
+        bench.mark_dynamic(inputs, workload, dynamic)
+    for _ in range(3):
+        fn(**inputs)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
             fn(**inputs)
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                fn(**inputs)
-            torch.cuda.synchronize()
+    gpu_us = bench.graph_time_us(lambda: fn(**inputs), replays=10, blocks=3)[0]
     per = collections.OrderedDict()
     for e in prof.events():
         if e.device_type != DeviceType.CUDA:
@@ -51,7 +61,7 @@ def profile_case(workload, precision, s, b, impl, dynamic, calls):
         n, us = per.get(e.name, (0, 0.0))
         per[e.name] = (n + 1, us + e.time_range.elapsed_us())
     rows = [dict(kernel=k[:110], per_call=n / calls, us=us / calls) for k, (n, us) in per.items()]
-    return rows
+    return rows, gpu_us
 
 
 def main(argv=None) -> int:
@@ -60,16 +70,22 @@ def main(argv=None) -> int:
     p.add_argument("--impl", default="backend")
     p.add_argument("--dynamic", default="unbacked")
     p.add_argument("--calls", type=int, default=5)
+    p.add_argument("--options", default="", help="JSON dict of inductor_gqa Options fields")
     p.add_argument("--out", default="")
     a = p.parse_args(argv)
     report = {}
+    fns = {}
     for spec in a.cases.split(","):
         workload, precision, s, b = parse_case(spec)
-        rows = profile_case(workload, precision, s, b, a.impl, a.dynamic, a.calls)
-        report[spec] = rows
+        if workload.name not in fns:
+            fns[workload.name] = compiled(workload, a.impl,
+                                          json.loads(a.options) if a.options else None)
+        rows, gpu_us = profile_case(fns[workload.name], workload, precision, s, b, a.impl,
+                                    a.dynamic, a.calls)
+        report[spec] = dict(gpu_us=gpu_us, kernels=rows)
         total = sum(r["us"] for r in rows)
-        print(f"\n== {spec} ({a.impl}): {sum(r['per_call'] for r in rows):.0f} kernels, "
-              f"{total:.1f} us summed kernel time")
+        print(f"\n== {spec} ({a.impl} {a.options}): GPU time {gpu_us:.1f} us (graph replay), "
+              f"{sum(r['per_call'] for r in rows):.0f} kernels, {total:.1f} us summed kernel time")
         for r in rows:
             print(f"  {r['per_call']:4.1f}x {r['us']:8.1f} us  {r['kernel']}")
     if a.out:

@@ -1,10 +1,16 @@
-"""y = x @ W^T (+ b) for float32 with 3xTF32 dots: float32-level error at tensor-core speed.
+"""Projection GEMMs in Triton: y = x @ W^T (+ b), one tile template for two kernels.
 
-Under ``torch.get_float32_matmul_precision() == "highest"`` cuBLAS runs IEEE float32 GEMMs on the
-CUDA cores (about 51 TFLOP/s on an H200); three TF32 products per tile (``input_precision=
-"tf32x3"``: hi*hi + hi*lo + lo*hi) keep the error at the float32 level and run on the tensor
-cores. x [M, K] and W [N, K] are both K-contiguous, the layout Hopper's TF32 MMA wants for both
-operands. Grouped tile order keeps a band of x rows hot in L2 while W streams.
+* ``linear_kernel``: one weight (o_proj, or any single projection).
+* ``qkv_kernel``: the Q, K and V projections in one launch, reading the three weights where they
+  are (no concatenation per call); each output has its own strides, so V can be written
+  transposed ([Hkv*D, B*S], the K-major operand the float32 attention kernel wants) by the same
+  store.
+
+float32 follows the matmul precision in force: "tf32" (TF32 tensor cores), or "tf32x3" (three
+TF32 products per tile, hi*hi + hi*lo + lo*hi: float32-level error at tensor-core speed) under
+"highest". x [M, K] and W [N, K] are both K-contiguous, the layout Hopper's TF32 MMA wants for both
+operands. Grouped tile order keeps a band of x rows hot in L2 while W streams. Whether these beat
+the library GEMM is decided by measurement per shape bucket (``lower/linear.py``).
 """
 
 from __future__ import annotations
@@ -14,10 +20,7 @@ import triton.language as tl
 
 
 @triton.jit
-def linear_kernel(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m,
-                  HAS_BIAS: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    pid = tl.program_id(0)
+def _grouped(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
     per_group = GROUP_M * grid_n
@@ -25,6 +28,13 @@ def linear_kernel(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m,
     group_m = min(grid_m - first_m, GROUP_M)
     pid_m = first_m + (pid % per_group) % group_m
     pid_n = (pid % per_group) // group_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
+          HAS_BIAS: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -42,17 +52,71 @@ def linear_kernel(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m,
         w_ptrs += BLOCK_K
     if HAS_BIAS:
         acc += tl.load(BIAS + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    y_ptrs = Y + offs_m[:, None].to(tl.int64) * sy_m + offs_n[None, :]
+    y_ptrs = Y + offs_m[:, None].to(tl.int64) * sy_m + offs_n[None, :].to(tl.int64) * sy_n
     tl.store(y_ptrs, acc.to(Y.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
+@triton.jit
+def linear_kernel(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n,
+                  HAS_BIAS: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    pid_m, pid_n = _grouped(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
+          HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
+
+
+@triton.jit
+def qkv_kernel(X, M, K, sx_m,
+               WQ, BQ, YQ, NQ, sq_m, sq_n,
+               WK, BK, YK, NK, sk_m, sk_n,
+               WV, BV, YV, NV, sv_m, sv_n,
+               HAS_BIAS: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # programs [0, tq) are Q tiles, then K tiles, then V tiles; each part in grouped order
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    tq = grid_m * tl.cdiv(NQ, BLOCK_N)
+    tk = grid_m * tl.cdiv(NK, BLOCK_N)
+    if pid < tq:
+        pid_m, pid_n = _grouped(pid, M, NQ, BLOCK_M, BLOCK_N, GROUP_M)
+        _tile(X, WQ, BQ, YQ, M, NQ, K, sx_m, K, sq_m, sq_n, pid_m, pid_n,
+              HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
+    elif pid < tq + tk:
+        pid_m, pid_n = _grouped(pid - tq, M, NK, BLOCK_M, BLOCK_N, GROUP_M)
+        _tile(X, WK, BK, YK, M, NK, K, sx_m, K, sk_m, sk_n, pid_m, pid_n,
+              HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
+    else:
+        pid_m, pid_n = _grouped(pid - tq - tk, M, NV, BLOCK_M, BLOCK_N, GROUP_M)
+        _tile(X, WV, BV, YV, M, NV, K, sx_m, K, sv_m, sv_n, pid_m, pid_n,
+              HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
+
+
 def launch(x2d, w, bias, y2d, prec, block_m, block_n, block_k, group_m, num_warps, num_stages):
-    """x2d [M, K], w [N, K], y2d [M, N]; all K- (resp. N-) contiguous rows."""
+    """x2d [M, K], w [N, K] (K-contiguous rows), y2d [M, N] (any strides)."""
     m, k = x2d.shape
     n = w.shape[0]
     grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n),)
     linear_kernel[grid](
         x2d, w, bias if bias is not None else w, y2d, m, n, k,
-        x2d.stride(0), w.stride(0), y2d.stride(0),
+        x2d.stride(0), w.stride(0), y2d.stride(0), y2d.stride(1),
         HAS_BIAS=bias is not None, PREC=prec, BLOCK_M=block_m, BLOCK_N=block_n,
         BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)
+
+
+def launch_qkv(x2d, parts, prec, block_m, block_n, block_k, group_m, num_warps, num_stages):
+    """parts: three (w [N, K] contiguous, bias [N] or None, y2d: an [M, N]-shaped view, any
+    strides); all three biases present or none (the kernel has one HAS_BIAS switch)."""
+    m, k = x2d.shape
+    args = []
+    tiles = 0
+    for w, bias, y in parts:
+        n = w.shape[0]
+        assert w.shape[1] == k and w.stride(1) == 1 and w.stride(0) == k and y.shape == (m, n)
+        args += [w, bias if bias is not None else w, y, n, y.stride(0), y.stride(1)]
+        tiles += triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
+    has_bias = parts[0][1] is not None
+    assert all((p[1] is not None) == has_bias for p in parts)
+    qkv_kernel[(tiles,)](
+        x2d, m, k, x2d.stride(0), *args,
+        HAS_BIAS=has_bias, PREC=prec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)

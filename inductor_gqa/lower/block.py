@@ -1,9 +1,10 @@
 """GPU path of ``inductor_gqa::attention_block``: cuBLAS projections + fused Triton kernels.
 
-    q, k, v = linear(x, w*, b*)            cuBLAS, bias in its epilogue, [B*S, heads*D] each
-                                           (fp32 under "highest": 3xTF32 Triton GEMM where it
-                                           measures faster than cuBLAS's IEEE GEMM); float32 V
-                                           comes transposed, [Hkv*D, B*S] (linear_t)
+    q, k, v = qkv(x, w*, b*)               [B*S, heads*D] each: three cuBLAS GEMMs (bias in
+                                           their epilogue) or, for float32, one Triton launch
+                                           (TF32 or 3xTF32 per the matmul precision), whichever
+                                           measures faster; float32 V comes transposed,
+                                           [Hkv*D, B*S]
     qk_norm_rope_(q, k)                    one Triton launch: RMSNorm (fp32) + RoPE, in place
     attention                              Triton flash kernel (GQA-native, masks, causal skip),
                                            two-pass when probabilities are returned; or the
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 
 from ..kernels import flash, tuning
 from ..kernels.qk_epilogue import qk_norm_rope_
-from .linear import linear, linear_t
+from .linear import linear, qkv
 from ..plan.spec import BlockSpec
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -159,20 +160,17 @@ def _run(t, spec):
     # 1. projections (cuBLAS, bias fused; 3xTF32 Triton GEMM for fp32 "highest" where it measures
     #    faster), each [B, S, heads*D] contiguous
     prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
-    q = linear(x, t["wq"], t["bq"], prec).contiguous()
-    k = linear(x, t["wk"], t["bk"], prec).contiguous()
-    if dt == torch.float32:
-        # V^T [Hkv*D, B*S]: the K-major operand Hopper's TF32 MMA needs for P @ V
-        v = linear_t(x, t["wv"], t["bv"], prec)
-    else:
-        v = linear(x, t["wv"], t["bv"], prec).contiguous()
+    # float32 V comes as V^T [Hkv*D, B*S]: the K-major operand Hopper's TF32 MMA needs for P @ V
+    v_kmajor = dt == torch.float32
+    q, k, v = qkv(x, (t["wq"], t["bq"]), (t["wk"], t["bk"]), (t["wv"], t["bv"]), prec,
+                  v_transposed=v_kmajor)
     # 2. norm + rope in place
     if spec.norm != "none" or spec.rope != "none":
         qk_norm_rope_(q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, inv, pos, b, s, h,
                       hk, d, spec.norm, eps_value, spec.rope, spec.rotary_dim, interpret=interp,
                       eps_k=eps_k_value)
     # 3. attention -> o [B, S, H*D]
-    o, probs = attention(q, k, v, mask, spec, b, s, scale_value)
+    o, probs = attention(q, k, v, mask, spec, b, s, scale_value, v_kmajor)
     # 4. o_proj
     out = linear(o, t["wo"], t["bo"], prec) if t["wo"] is not None else o
     return out.contiguous(), (probs if spec.return_probs else x.new_empty((0,)))
@@ -183,14 +181,13 @@ def _sdpa_ok(spec: BlockSpec, dt):
             and not tuning.interpreting())
 
 
-def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float):
-    """q [B,S,H*D], k [B,S,Hkv*D] contiguous, v the same or V^T [Hkv*D, B*S] contiguous
-    -> (o [B,S,H*D], probs or None)."""
+def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor=False):
+    """q [B*S, H*D], k [B*S, Hkv*D] contiguous; v the same, or V^T [Hkv*D, B*S] contiguous when
+    ``v_kmajor`` -> (o [B,S,H*D], probs or None)."""
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     dt = q.dtype
     qs = (q, (s * h * d, d, h * d))
     ks = (k, (s * hk * d, d, hk * d))
-    v_kmajor = v.dim() == 2       # V^T [Hkv*D, B*S] from linear_t, else [B, S, Hkv*D]
     if v_kmajor:
         vs = (v, (s, d * b * s, 1, b * s))
     else:

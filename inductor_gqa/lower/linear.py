@@ -1,5 +1,13 @@
-"""Projection GEMMs: cuBLAS, or the 3xTF32 Triton GEMM for float32 under "highest", chosen by
-measurement per shape bucket (cuBLAS stays a candidate, so the choice is never slower than it)."""
+"""Projection GEMMs: the library GEMM (cuBLAS through F.linear) or our Triton kernels, chosen by
+measurement per shape bucket. The library GEMM is always a candidate, so the choice is never
+slower than it on the shape it was measured on.
+
+* float32: Triton candidates under both precisions: "tf32" (small M, where cuBLAS picks
+  latency-bound tiles) and "tf32x3" (under "highest", instead of cuBLAS's IEEE GEMM on the CUDA
+  cores). 16-bit dtypes use the library GEMM.
+* ``qkv``: the three projections in one launch (``qkv_kernel``), V optionally transposed, against
+  three separate ``linear`` calls (each with its own choice).
+"""
 
 from __future__ import annotations
 
@@ -12,32 +20,38 @@ from ..kernels import tuning
 _CONFIGS = [  # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps, stages)
     (128, 128, 32, 8, 8, 3), (128, 64, 32, 8, 4, 3), (64, 128, 32, 8, 4, 3),
     (128, 256, 32, 8, 8, 3), (64, 64, 32, 8, 4, 4), (128, 128, 16, 8, 8, 4),
+    (64, 32, 64, 8, 4, 3), (64, 64, 64, 8, 4, 3),
 ]
+_INTERPRETER_CONFIG = (32, 32, 32, 8, 4, 1)
+
+
+def _triton_ok(x2d: torch.Tensor, ws) -> bool:
+    return (x2d.dtype == torch.float32 and x2d.stride(-1) == 1
+            and all(w.is_contiguous() and (b is None or b.is_contiguous()) for w, b in ws))
+
+
+def _candidates(fallback):
+    return [_INTERPRETER_CONFIG] if tuning.interpreting() else _CONFIGS + [fallback]
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, b, prec: str) -> torch.Tensor:
     """F.linear(x, w, b) for x [..., K]; ``prec`` is the fp32 dot precision in force."""
-    if x.dtype != torch.float32 or prec != "tf32x3":
-        return F.linear(x, w, b)
-    if not (w.is_contiguous() and (b is None or b.is_contiguous())):
-        return F.linear(x, w, b)
     x2d = x.reshape(-1, x.shape[-1])
-    if x2d.stride(-1) != 1:
-        x2d = x2d.contiguous()
+    if not _triton_ok(x2d, [(w, b)]):
+        return F.linear(x, w, b)
     m, k = x2d.shape
     n = w.shape[0]
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
 
     def run(cfg):
-        if cfg == "cublas":
+        if cfg == "library":
             return F.linear(x2d, w, b)
         bm, bn, bk, gm, nw, ns = cfg
         linear_kernels.launch(x2d, w, b, y, prec, bm, bn, bk, gm, nw, ns)
         return y
 
-    cands = [(32, 32, 32, 8, 4, 1)] if tuning.interpreting() else _CONFIGS + ["cublas"]
     key = ("linear", tuning.bucket(m), tuning.bucket(n), k, prec, b is not None)
-    out = run(tuning.pick(key, cands, run))
+    out = run(tuning.pick(key, _candidates("library"), run))
     return out.reshape(*x.shape[:-1], n)
 
 
@@ -49,3 +63,42 @@ def linear_t(x: torch.Tensor, w: torch.Tensor, b, prec: str) -> torch.Tensor:
     if b is not None:
         y = y + b[:, None]
     return y.contiguous()
+
+
+def qkv(x: torch.Tensor, q_wb, k_wb, v_wb, prec: str, v_transposed: bool):
+    """(q [B*S, Nq], k [B*S, Nk], v) for x [B, S, K]; v is [B*S, Nv], or its transpose [Nv, B*S]
+    when ``v_transposed``. All contiguous."""
+    x2d = x.reshape(-1, x.shape[-1])
+    parts = (q_wb, k_wb, v_wb)
+    biases = [b is not None for _, b in parts]
+
+    def separate():
+        q = linear(x2d, *q_wb, prec).contiguous()
+        k = linear(x2d, *k_wb, prec).contiguous()
+        v = linear_t(x2d, *v_wb, prec) if v_transposed else linear(x2d, *v_wb, prec).contiguous()
+        return q, k, v
+
+    if not _triton_ok(x2d, parts) or len(set(biases)) != 1:
+        return separate()
+    if x2d.stride(0) != x2d.shape[1]:
+        x2d = x2d.contiguous()
+    m, k = x2d.shape
+    nq, nk, nv = (w.shape[0] for w, _ in parts)
+    q = torch.empty((m, nq), device=x.device, dtype=x.dtype)
+    kk = torch.empty((m, nk), device=x.device, dtype=x.dtype)
+    if v_transposed:
+        v = torch.empty((nv, m), device=x.device, dtype=x.dtype)
+        v_view = v.t()
+    else:
+        v = v_view = torch.empty((m, nv), device=x.device, dtype=x.dtype)
+
+    def run(cfg):
+        if cfg == "separate":
+            return separate()
+        bm, bn, bk, gm, nw, ns = cfg
+        linear_kernels.launch_qkv(x2d, [(*q_wb, q), (*k_wb, kk), (*v_wb, v_view)], prec,
+                                  bm, bn, bk, gm, nw, ns)
+        return q, kk, v
+
+    key = ("qkv", tuning.bucket(m), nq, nk, nv, k, prec, biases[0], v_transposed)
+    return run(tuning.pick(key, _candidates("separate"), run))

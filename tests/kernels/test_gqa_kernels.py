@@ -240,6 +240,24 @@ def test_linear_3xtf32_matches_fp32(bias):
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("v_transposed", [False, True])
+@pytest.mark.parametrize("prec", ["tf32", "tf32x3"])
+def test_qkv_one_launch(bias, v_transposed, prec):
+    from inductor_gqa.lower.linear import qkv
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 37, 48, generator=g)
+    ws = [(torch.randn(n, 48, generator=g), torch.randn(n, generator=g) if bias else None)
+          for n in (64, 40, 24)]
+    q, k, v = qkv(x, *ws, prec, v_transposed=v_transposed)
+    ref = [torch.nn.functional.linear(x, w, b).reshape(74, -1) for w, b in ws]
+    torch.testing.assert_close(q, ref[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(k, ref[1], rtol=1e-5, atol=1e-5)
+    assert v.is_contiguous() and q.is_contiguous() and k.is_contiguous()
+    torch.testing.assert_close(v, ref[2].t() if v_transposed else ref[2], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("scale_op", ["mul", "div"])
 def test_runtime_scale_and_eps(scale_op):
     """Runtime floats arrive as 0-d tensors; kernels read them on the host, the reference uses
