@@ -1,9 +1,9 @@
 """GPU path of ``inductor_gqa::attention_block``: cuBLAS projections + fused Triton kernels.
 
     q, k, v = qkv(x, w*, b*)               [B*S, heads*D] each: three cuBLAS GEMMs (bias in
-                                           their epilogue) or, for float32, one Triton launch
-                                           (TF32 or 3xTF32 per the matmul precision), whichever
-                                           measures faster; float32 V comes transposed,
+                                           their epilogue) or, for float32 under "highest", one
+                                           3xTF32 Triton launch where it measures faster than
+                                           cuBLAS's IEEE GEMMs; float32 V comes transposed,
                                            [Hkv*D, B*S]
     qk_norm_rope_(q, k)                    one Triton launch: RMSNorm (fp32) + RoPE, in place
     attention                              Triton flash kernel (GQA-native, masks, causal skip),

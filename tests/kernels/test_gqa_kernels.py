@@ -242,7 +242,7 @@ def test_linear_3xtf32_matches_fp32(bias):
 
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("v_transposed", [False, True])
-@pytest.mark.parametrize("prec", ["tf32", "tf32x3"])
+@pytest.mark.parametrize("prec", ["tf32", "tf32x3"])   # tf32: the separate library GEMMs
 def test_qkv_one_launch(bias, v_transposed, prec):
     from inductor_gqa.lower.linear import qkv
 
