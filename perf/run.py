@@ -306,6 +306,11 @@ def main(argv=None) -> int:
         doc["gate"] = g
         rc = 0 if g["ok"] else 1
     incomplete = any(r["status"] == "skipped" for r in rows)
+    from inductor_gqa.kernels import tuning
+    # a kernel config that failed for a reason other than resources is a bug, not a slow config
+    doc["candidate_failures"] = {str(k): v for k, v in tuning.FAILURES.items()}
+    if doc["candidate_failures"]:
+        rc = 1
     write_json(json_path, doc)
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write(stats.markdown_report(doc))
@@ -329,6 +334,8 @@ def main(argv=None) -> int:
         for msg in stats.check_failures(doc, exclude=gated or ()):
             if gated is not None:
                 print(f"warning (not gated) {msg}")
+    for k, v in doc["candidate_failures"].items():
+        print(f"CANDIDATE FAILED {k}: {v}")
     if incomplete:
         print(f"INCOMPLETE: cases skipped after the {args.deadline:.0f}s deadline")
         rc = rc or 3

@@ -79,12 +79,14 @@ def _log2_units(x):
 def _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR: tl.constexpr):
     """V tile [BLOCK_N, BLOCK_D]; from a K-major layout it is loaded as [BLOCK_D, BLOCK_N] and
     transposed in registers, so the MMA sees a K-major operand."""
+    # one return: Triton compiles the statements after a return inside a constexpr branch too
     if V_KMAJOR:
-        vt = tl.load(v_base + offs_n[None, :].to(tl.int64) * sv_s,
-                     mask=d_ok[:, None] & n_ok[None, :], other=0.0)
-        return tl.trans(vt)
-    return tl.load(v_base + offs_n[:, None].to(tl.int64) * sv_s,
-                   mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        v = tl.trans(tl.load(v_base + offs_n[None, :].to(tl.int64) * sv_s,
+                             mask=d_ok[:, None] & n_ok[None, :], other=0.0))
+    else:
+        v = tl.load(v_base + offs_n[:, None].to(tl.int64) * sv_s,
+                    mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+    return v
 
 
 @triton.jit

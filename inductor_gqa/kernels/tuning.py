@@ -8,12 +8,15 @@ CUDA graph is being captured or under the Triton interpreter: then the first can
 
 from __future__ import annotations
 
+import logging
 import os
 
 import torch
 
 _CACHE: dict = {}
 TIMINGS: dict = {}   # key -> [(candidate, ms)], for the perf script's report
+FAILURES: dict = {}  # key -> [(candidate, error)]: candidates that failed other than for resources
+log = logging.getLogger("inductor_gqa")
 
 
 def interpreting() -> bool:
@@ -84,7 +87,13 @@ def pick(key, candidates, run):
     for c in candidates:
         try:
             results.append((time_ms(lambda: run(c)), c))
-        except Exception:  # a config that does not compile / fit is just not a candidate
+        except Exception as e:  # noqa: BLE001
+            # a config that does not fit (shared memory, registers) is just not a candidate;
+            # anything else is a bug that would otherwise hide as a missing candidate
+            if type(e).__name__ != "OutOfResources":
+                FAILURES.setdefault(key, []).append((c, f"{type(e).__name__}: {e}"[:300]))
+                log.warning("inductor_gqa kernels: candidate %s for %s failed: %s: %s", c, key,
+                            type(e).__name__, str(e)[:300])
             continue
     if not results:
         raise RuntimeError(f"inductor_gqa kernels: no config ran for {key}")
@@ -97,3 +106,4 @@ def pick(key, candidates, run):
 def clear():
     _CACHE.clear()
     TIMINGS.clear()
+    FAILURES.clear()
