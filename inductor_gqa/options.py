@@ -15,8 +15,9 @@ class Options:
     fuse_explicit: bool = True
     # When cos/sin are computed in the graph from inv_freq and position_ids, hand those to the op
     # so the kernels compute the angles (exact fp32 products) instead of reading cos/sin. Off by
-    # default: on the H200 the in-graph cos/sin table (one small Inductor kernel) measured ~2%
-    # faster over W075's cases (perf/results/nvidia-h200/runs/), though small cases gain a launch.
+    # default: on the H200 the in-graph cos/sin table (seven small Inductor kernels) measured
+    # faster over W075's cases, as the epilogue kernel slows more than the launches it saves
+    # (docs/kernels.md; perf/results/nvidia-h200/runs/profiles/).
     rope_from_positions: bool = False
 
 

@@ -166,3 +166,18 @@ def test_gate_cli(tmp_path):
     assert gate_cli.main(["--promote", str(pc), "--floor", "0.3", "-o", str(po)]) == 0
     assert json.loads(po.read_text())["settings"]["noise_floor"] == 0.3
     assert gate_cli.main([str(pc), "--baseline", str(po)]) == 0
+
+
+def test_merge_takes_each_workload_from_its_run(tmp_path):
+    from perf import merge
+    a = doc([row(gpu=100.0, workload="W075"), row(gpu=1.0, workload="W092", status="skipped")])
+    b = doc([row(gpu=9.0, workload="W075"), row(gpu=200.0, workload="W092")])
+    pa, pb, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "out"
+    pa.write_text(json.dumps(a))
+    pb.write_text(json.dumps(b))
+    assert merge.main(["--take", f"W075={pa}", "--take", f"W092={pb}", "-o", str(out)]) == 0
+    m = json.loads((out / "results.json").read_text())
+    assert sorted((r["workload"], r["gpu_us"]) for r in m["rows"]) == [("W075", 100.0),
+                                                                       ("W092", 200.0)]
+    assert m["settings"]["merged_from"] == {"W075": str(pa), "W092": str(pb)}
+    assert (out / "results.md").exists()
