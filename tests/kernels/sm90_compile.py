@@ -1,0 +1,160 @@
+"""Compile every kernel config the tuner may try for Hopper (sm_90), without a GPU.
+
+The interpreter runs a kernel's Python body, so it cannot see front-end or lowering failures that
+only the compiler hits (a statement after a ``return`` in a constexpr branch is compiled too, a
+tile shape that does not broadcast, a layout the backend rejects); on the GPU the tuner skips a
+config that fails, so such a bug would only show as a missing candidate. This compiles, to a cubin
+with the ptxas that ships with Triton, the candidates of every choice in ``lower/`` for the
+workloads' specializations and one config per remaining switch (masks, causal, head_dim, norm and
+RoPE styles), and reports failures and configs whose shared memory exceeds an H200 block's.
+
+    python tests/kernels/sm90_compile.py [--jobs 2]      (with TRITON_INTERPRET unset)
+
+Unit strides are passed as the constant 1, as the launcher specializes them at run time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import importlib
+import os
+import sys
+import time
+
+SMEM_PER_BLOCK = 232448   # bytes of shared memory one block may use on an H100/H200
+
+TY = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _job(name, module, kernel, types, consts, warps, stages=3):
+    return (name, module, kernel, types, consts, {"num_warps": warps, "num_stages": stages})
+
+
+def attention_jobs():
+    import torch
+
+    from inductor_gqa.lower.block import _attention_configs
+
+    jobs = []
+
+    def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0):
+        bm, bn, nw, ns = cfg
+        t = TY[str(dt).split(".")[-1]]
+        mask_t = {0: t, 1: "u8", 2: "u8", 3: t}[mask]
+        types = dict(Q="*" + t, K="*" + t, V="*" + t, O="*" + t, P="*" + t, MASK="*" + mask_t,
+                     ML="*fp32", qscale="fp32", mask_fill="fp32")
+        consts = dict(D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_M=bm, BLOCK_N=bn,
+                      CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
+                      V_KMAJOR=kmajor, **({"sv_s": 1} if kmajor else {"sv_d": 1}))
+        jobs.append(_job(f"attention {tag} mode{mode} {cfg} {prec} causal={causal} mask={mask}",
+                         "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
+                         nw, ns))
+
+    for prec in ("tf32", "tf32x3"):                       # W075: float32, D 64, K-major V
+        for mode in (0, 1, 2):
+            for cfg in _attention_configs(torch.float32, 64, mode):
+                add("fp32 d64", torch.float32, 64, mode, cfg, kmajor=True, prec=prec)
+    for d in (128, 64):                                   # W092 and a bf16 D=64 model
+        for mode in (0, 1, 2):
+            for cfg in _attention_configs(torch.bfloat16, d, mode):
+                add(f"bf16 d{d}", torch.bfloat16, d, mode, cfg, kmajor=False, causal=d == 128)
+    for mode in (0, 2):                                   # the remaining switches, one config
+        for mask in (1, 2, 3):
+            for causal in (False, True):
+                add("fp32 d64", torch.float32, 64, mode, _attention_configs(torch.float32, 64,
+                                                                            mode)[0],
+                    kmajor=True, causal=causal, mask=mask)
+        add("fp16 d128", torch.float16, 128, mode, (64, 64, 4, 3), kmajor=False, mask=3)
+        add("fp32 d24", torch.float32, 24, mode, (64, 64, 4, 2), kmajor=True)
+        add("bf16 d256", torch.bfloat16, 256, mode, (64, 32, 4, 2), kmajor=False)
+    return jobs
+
+
+def linear_jobs():
+    from inductor_gqa.lower.linear import _CONFIGS
+
+    jobs = []
+    for cfg in _CONFIGS:
+        bm, bn, bk, gm, nw, ns = cfg
+        tiles = dict(PREC="tf32x3", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm)
+        for bias in (False, True):
+            ptr = dict(X="*fp32", W="*fp32", BIAS="*fp32", Y="*fp32")
+            jobs.append(_job(f"linear {cfg} bias={bias}", "inductor_gqa.kernels.linear",
+                             "linear_kernel", ptr, dict(HAS_BIAS=bias, sy_n=1, **tiles), nw, ns))
+            ptr = {n: "*fp32" for n in ("X", "WQ", "BQ", "YQ", "WK", "BK", "YK", "WV", "BV",
+                                        "YV")}
+            jobs.append(_job(f"qkv {cfg} bias={bias}", "inductor_gqa.kernels.linear",
+                             "qkv_kernel", ptr,
+                             dict(HAS_BIAS=bias, sq_n=1, sk_n=1, sv_m=1, **tiles), nw, ns))
+    return jobs
+
+
+def epilogue_jobs():
+    from inductor_gqa.kernels.qk_epilogue import NORM_CODES, ROPE_CODES, _whole_tokens
+
+    jobs = []
+
+    def add(dt, d, heads, kv, norm, rope, r, from_freq):
+        block_d = 1 << (d - 1).bit_length()
+        rows = max(1, min(64, 4096 // block_d))
+        types = {n: "*" + dt for n in ("q_ptr", "k_ptr", "qw_ptr", "kw_ptr", "cos_ptr",
+                                       "sin_ptr")}
+        types.update(pos_ptr="*i64", invf_ptr="*fp32", eps="fp32", eps_k="fp32")
+        consts = dict(D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm],
+                      ROPE=ROPE_CODES[rope], R=r, ROPE_FROM_FREQ=from_freq, LIBDEVICE=True,
+                      HQ_P2=_whole_tokens(heads, rows), HK_P2=_whole_tokens(kv, rows), cs_d=1)
+        jobs.append(_job(f"qk_norm_rope {dt} d{d} {heads}/{kv} {norm} {rope} r{r} "
+                         f"freq={from_freq}", "inductor_gqa.kernels.qk_epilogue",
+                         "qk_norm_rope_kernel", types, consts, 4))
+
+    add("fp32", 64, 16, 4, "none", "half", 64, False)          # W075
+    add("fp32", 64, 16, 4, "none", "half", 64, True)
+    add("bf16", 128, 96, 8, "fp32_weight", "half", 128, False)  # W092
+    add("bf16", 128, 96, 8, "cast_weight", "interleaved", 64, True)
+    add("fp16", 24, 6, 3, "fp32_one_plus_weight", "half", 16, False)
+    return jobs
+
+
+def compile_one(job):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    name, module, kernel, types, consts, options = job
+    fn = getattr(importlib.import_module(module), kernel)
+    signature = {p.name: "constexpr" if (p.is_constexpr or p.name in consts)
+                 else types.get(p.name, "i32") for p in fn.params}
+    try:
+        k = triton.compile(ASTSource(fn, signature, constexprs=consts),
+                           target=GPUTarget("cuda", 90, 32), options=options)
+    except Exception as e:  # noqa: BLE001
+        return name, f"{type(e).__name__}: {str(e)[-400:]}", None
+    return name, None, k.metadata.shared
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    a = p.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        print("unset TRITON_INTERPRET: the interpreter does not compile")
+        return 2
+    t0 = time.time()
+    jobs = attention_jobs() + linear_jobs() + epilogue_jobs()
+    failed, too_big = [], []
+    with concurrent.futures.ProcessPoolExecutor(a.jobs) as pool:
+        for name, err, shared in pool.map(compile_one, jobs):
+            if err:
+                failed.append(f"FAILED {name}: {err}")
+            elif shared > SMEM_PER_BLOCK:
+                too_big.append(f"over shared memory ({shared} B) {name}")
+    for line in too_big + failed:
+        print(line)
+    print(f"{len(jobs)} kernels compiled for sm_90 in {time.time() - t0:.0f}s: "
+          f"{len(failed)} failed, {len(too_big)} need more shared memory than a block has")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
