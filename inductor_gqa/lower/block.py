@@ -157,10 +157,10 @@ def _run(t, spec):
     eps_k_value = _host_float(t, "runtime_k_eps", eps_value)
     scale_value = _host_float(t, "runtime_scale", spec.scale)
 
-    # 1. projections (cuBLAS, bias fused; 3xTF32 Triton GEMM for fp32 "highest" where it measures
-    #    faster), each [B, S, heads*D] contiguous
+    # 1. projections (cuBLAS, bias fused; one 3xTF32 Triton launch for fp32 "highest" where it
+    #    measures faster), q and k [B*S, heads*D] contiguous; float32 V as V^T [Hkv*D, B*S], the
+    #    K-major operand Hopper's TF32 MMA needs for P @ V
     prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
-    # float32 V comes as V^T [Hkv*D, B*S]: the K-major operand Hopper's TF32 MMA needs for P @ V
     v_kmajor = dt == torch.float32
     q, k, v = qkv(x, (t["wq"], t["bq"]), (t["wk"], t["bk"]), (t["wv"], t["bv"]), prec,
                   v_transposed=v_kmajor)

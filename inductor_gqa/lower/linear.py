@@ -82,8 +82,6 @@ def qkv(x: torch.Tensor, q_wb, k_wb, v_wb, prec: str, v_transposed: bool):
 
     if not _triton_ok(x2d, parts, prec) or len(set(biases)) != 1:
         return separate()
-    if x2d.stride(0) != x2d.shape[1]:
-        x2d = x2d.contiguous()
     m, k = x2d.shape
     nq, nk, nv = (w.shape[0] for w, _ in parts)
     q = torch.empty((m, nq), device=x.device, dtype=x.dtype)
