@@ -9,8 +9,13 @@ workloads' specializations and one config per remaining switch (masks, causal, h
 RoPE styles), and reports failures and configs whose shared memory exceeds an H200 block's.
 
     python tests/kernels/sm90_compile.py [--jobs 2]      (with TRITON_INTERPRET unset)
+    python tests/kernels/sm90_compile.py --inspect "fp32 d64 mode2 (128, 32, 8, 2) tf32"
 
 Unit strides are passed as the constant 1, as the launcher specializes them at run time.
+``--inspect`` compiles the jobs whose name contains the text as the launcher would for sizes and
+strides divisible by 16 (e.g. S=4096) and prints counts of the SASS instructions that say how a
+kernel works: tensor-core MMAs and their shapes, global stores and their widths, shared-memory
+traffic, warpgroup waits, local memory.
 """
 
 from __future__ import annotations
@@ -116,7 +121,7 @@ def epilogue_jobs():
     return jobs
 
 
-def compile_one(job):
+def _compile(job, divisible=False):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -125,23 +130,59 @@ def compile_one(job):
     fn = getattr(importlib.import_module(module), kernel)
     signature = {p.name: "constexpr" if (p.is_constexpr or p.name in consts)
                  else types.get(p.name, "i32") for p in fn.params}
+    attrs = {}
+    if divisible:   # pointers and integers divisible by 16, as the launcher marks them
+        attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(fn.params)
+                 if signature[p.name] not in ("constexpr", "fp32")}
+    return triton.compile(ASTSource(fn, signature, constexprs=consts, attrs=attrs),
+                          target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def compile_one(job):
     try:
-        k = triton.compile(ASTSource(fn, signature, constexprs=consts),
-                           target=GPUTarget("cuda", 90, 32), options=options)
+        k = _compile(job)
     except Exception as e:  # noqa: BLE001
-        return name, f"{type(e).__name__}: {str(e)[-400:]}", None
-    return name, None, k.metadata.shared
+        return job[0], f"{type(e).__name__}: {str(e)[-400:]}", None
+    return job[0], None, k.metadata.shared
+
+
+def inspect(job) -> str:
+    import collections
+    import re
+    import subprocess
+    import tempfile
+
+    import triton
+
+    k = _compile(job, divisible=True)
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                        "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+    ops = collections.Counter(re.findall(r"\b((?:HGMMA|HMMA|STG|STS|LDS|LDGSTS|LDG|STL|LDL|"
+                                         r"WARPGROUP|MUFU)[.\w]*)", sass))
+    lines = [f"{job[0]}: shared {k.metadata.shared} B"]
+    lines += [f"  {n:5d} {op}" for op, n in sorted(ops.items())]
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--inspect", default="", help="print SASS statistics of matching jobs")
     a = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         print("unset TRITON_INTERPRET: the interpreter does not compile")
         return 2
     t0 = time.time()
     jobs = attention_jobs() + linear_jobs() + epilogue_jobs()
+    if a.inspect:
+        for job in jobs:
+            if a.inspect in job[0]:
+                print(inspect(job))
+        return 0
     failed, too_big = [], []
     with concurrent.futures.ProcessPoolExecutor(a.jobs) as pool:
         for name, err, shared in pool.map(compile_one, jobs):
