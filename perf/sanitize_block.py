@@ -3,9 +3,9 @@
     compute-sanitizer --tool memcheck python -m perf.sanitize_block --cases W075-high:131x1
     compute-sanitizer --tool racecheck python -m perf.sanitize_block --cases W092:128x1
 
-Each case runs the op's GPU path once per listed variant (W075 also causal), with fixed configs
-(no config timing, so every kernel launched is one the block really uses), and checks the outputs
-against the workload's tolerance rule so a bad launch cannot pass silently.
+Each case runs the op's GPU path once (W075 also causal), every config choice taking candidate
+``--config`` of its list (no config timing runs under the tool), and checks the outputs against
+the workload's tolerance rule so a bad launch cannot pass silently.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from inductor_gqa.kernels import tuning
 from inductor_gqa.lower import block
 
 from .kernels_check import w075_block, w092_block
+from .profile_block import parse_case
 
 
 def main(argv=None) -> int:
@@ -31,17 +32,15 @@ def main(argv=None) -> int:
     tuning.pick = lambda key, cands, run: cands[min(a.config, len(cands) - 1)]
     bad = 0
     for spec in a.cases.split(","):
-        name, shape = spec.split(":")
-        s, b = (int(v) for v in shape.split("x"))
-        wname, _, precision = name.partition("-")
-        workload = getattr(wl, wname)
+        workload, precision, s, b = parse_case(spec)
+        wname = workload.name
         for causal in ((False, True) if wname == "W075" else (False,)):
             inp = wl.make_inputs(workload, s, b, device="cuda", seed=s + b)
             torch.set_float32_matmul_precision("highest")
             with torch.no_grad():
                 ref = (workload.fn(**inp, is_causal=causal) if wname == "W075"
                        else (workload.fn(**inp),))
-            torch.set_float32_matmul_precision(precision or "highest")
+            torch.set_float32_matmul_precision(precision)
             t, blk = w075_block(inp, causal) if wname == "W075" else w092_block(inp)
             got = block.run_block(t, blk)
             torch.cuda.synchronize()
