@@ -167,7 +167,7 @@ def main():
         report["runs"][name] = rows
         report.setdefault("tuning", {})[name] = {str(k): [(str(c), ms) for c, ms in v]
                                                  for k, v in tuning.TIMINGS.items()}
-    report["candidate_failures"] = {str(k): v for k, v in tuning.FAILURES.items()}
+    report["candidate_failures"] = tuning.failure_report()
     report["elapsed_s"] = time.time() - t0
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
@@ -185,10 +185,10 @@ def main():
             print(f"{name:14s} {str(ok):5s} {vk[5:-3]:>7s} {mean(vk):8.1f} {mean('eager_us'):9.1f} "
                   f"{mean('compile_us'):10.1f} {mean('sol_us'):7.1f} "
                   f"{mean('sol_us') / mean(vk) if vk != '-' else float('nan'):8.3f} {worst:8.2f}")
-    for k, v in tuning.FAILURES.items():
+    for k, v in report["candidate_failures"].items():
         print(f"CANDIDATE FAILED {k}: {v}")
     print(f"elapsed {report['elapsed_s']:.0f}s")
-    return 1 if tuning.FAILURES else 0
+    return 1 if report["candidate_failures"] else 0
 
 
 if __name__ == "__main__":

@@ -308,7 +308,7 @@ def main(argv=None) -> int:
     incomplete = any(r["status"] == "skipped" for r in rows)
     from inductor_gqa.kernels import tuning
     # a kernel config that failed for a reason other than resources is a bug, not a slow config
-    doc["candidate_failures"] = {str(k): v for k, v in tuning.FAILURES.items()}
+    doc["candidate_failures"] = tuning.failure_report()
     if doc["candidate_failures"]:
         rc = 1
     write_json(json_path, doc)

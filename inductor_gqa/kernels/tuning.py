@@ -103,6 +103,11 @@ def pick(key, candidates, run):
     return results[0][1]
 
 
+def failure_report() -> dict:
+    """FAILURES with printable keys, for the perf scripts' JSON and exit status."""
+    return {str(k): v for k, v in FAILURES.items()}
+
+
 def clear():
     _CACHE.clear()
     TIMINGS.clear()
