@@ -13,12 +13,10 @@ class Options:
     fuse_sdpa: bool = True
     # Fuse blocks written as explicit matmul -> softmax -> matmul chains.
     fuse_explicit: bool = True
-    # When cos/sin are computed in the graph from inv_freq and position_ids, hand those to the op
-    # so the kernels compute the angles (exact fp32 products) instead of reading cos/sin. Off by
-    # default: on the H200 the in-graph cos/sin table (seven small Inductor kernels) measured
-    # faster over W075's cases, as the epilogue kernel slows more than the launches it saves
-    # (docs/kernels.md; perf/results/nvidia-h200/runs/profiles/).
-    rope_from_positions: bool = False
+    # When cos/sin are computed in the graph from inv_freq and position_ids, hand those to the op,
+    # which builds the tables in one launch (kernels/rope_table.py) instead of the several small
+    # kernels the graph's own code becomes. Off: keep the model's cos/sin computation as it is.
+    rope_from_positions: bool = True
 
 
 def as_options(value) -> "Options | None":

@@ -4,7 +4,8 @@
 
 Compiles the workload function as the perf job does (same dynamic marking), warms up, then
 profiles ``--calls`` calls and prints every CUDA kernel with its launches per call and mean time,
-and the call's GPU time from CUDA-graph replay. ``--options '{"rope_from_positions": true}'``
+and the call's GPU time from CUDA-graph replay, then the config choices measured for the case
+(best three each). ``--options '{"rope_from_positions": true}'``
 compiles the backend with those Options, for A/B runs.
 """
 
@@ -75,6 +76,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     report = {}
     fns = {}
+    seen = set()
     for spec in a.cases.split(","):
         workload, precision, s, b = parse_case(spec)
         if workload.name not in fns:
@@ -88,6 +90,14 @@ def main(argv=None) -> int:
               f"{sum(r['per_call'] for r in rows):.0f} kernels, {total:.1f} us summed kernel time")
         for r in rows:
             print(f"  {r['per_call']:4.1f}x {r['us']:8.1f} us  {r['kernel']}")
+        from inductor_gqa.kernels import tuning
+        for key, timed in tuning.TIMINGS.items():
+            if key not in seen:     # choices measured for this case: the best three
+                seen.add(key)
+                best = ", ".join(f"{c}: {ms * 1e3:.1f} us" for c, ms in timed[:3])
+                print(f"  choice {key}: {best}")
+                report[spec].setdefault("choices", {})[str(key)] = [(str(c), ms * 1e3)
+                                                                     for c, ms in timed]
     if a.out:
         with open(a.out, "w") as f:
             json.dump(report, f, indent=1)

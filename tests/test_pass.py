@@ -38,10 +38,18 @@ def _rewritten(workload, options=None):
 
 
 def test_w075_graph_holds_one_fused_call():
-    assert_expected_inline(_rewritten(wl.W075, inductor_gqa.Options(rope_from_positions=True)), """\
+    assert_expected_inline(_rewritten(wl.W075), """\
 attention_block(x=arg0_1, wq=arg1_1, wk=arg2_1, wv=arg3_1, inv_freq=arg4_1, position_ids=arg5_1, wo=arg6_1)
     num_heads=4, num_kv_heads=2, head_dim=32, norm='none', eps=1e-06, rope='half', rotary_dim=32, core='explicit', scale=1.0, scale_op='mul', causal=False, mask='none', mask_fill=-inf, return_probs=True
 other ops: getitem x2""")
+
+
+def test_w075_keeps_the_models_cos_sin_table_when_asked():
+    assert_expected_inline(_rewritten(wl.W075, inductor_gqa.Options(rope_from_positions=False)),
+                           """\
+attention_block(x=arg0_1, wq=arg1_1, wk=arg2_1, wv=arg3_1, cos=cos, sin=sin, wo=arg6_1)
+    num_heads=4, num_kv_heads=2, head_dim=32, norm='none', eps=1e-06, rope='half', rotary_dim=32, core='explicit', scale=1.0, scale_op='mul', causal=False, mask='none', mask_fill=-inf, return_probs=True
+other ops: clone.default x2, convert_element_type.default x1, cos.default x1, expand.default x4, getitem x2, mul.Tensor x1, permute.default x1, sin.default x1, unsqueeze.default x4, view.default x4""")
 
 
 def test_w092_graph_holds_one_fused_call():
@@ -94,11 +102,6 @@ def test_op_rejects_bad_spec():
         BlockSpec(num_heads=4, num_kv_heads=2, head_dim=32, rope="yarn", rotary_dim=32)
 
 
-def test_w075_default_keeps_the_cos_sin_table_in_the_graph():
-    dump = _rewritten(wl.W075)
-    assert "cos=" in dump and "inv_freq=" not in dump
-
-
 def _spec_line(dump: str) -> str:
     """One line per fused call: the tensor arguments given and the scalars that vary."""
     lines = dump.splitlines()
@@ -134,7 +137,7 @@ fused_qkv_slice: wq wk wv cos sin wo | norm='none' rope='half' rotary_dim=16 cor
 norm_after_transpose: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_weight' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
 norm_cast_weight_bf16: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='cast_weight' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
 norm_one_plus_weight: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_one_plus_weight' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=False mask='none' return_probs=False
-rope_inv_freq_probs: wq wk wv cos sin wo | norm='none' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=False mask='none' return_probs=True
+rope_inv_freq_probs: wq wk wv inv_freq position_ids wo | norm='none' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=False mask='none' return_probs=True
 rope_interleaved: wq wk wv cos sin wo | norm='none' rope='interleaved' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
 rope_partial: wq wk wv cos sin wo | norm='none' rope='half' rotary_dim=8 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
 scale_div: wq wk wv wo | norm='none' rope='none' rotary_dim=0 core='explicit' scale_op='div' causal=True mask='none' return_probs=False

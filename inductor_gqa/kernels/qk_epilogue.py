@@ -6,20 +6,15 @@ kernel rewrites the q and k rows in place (one row = one token x head), so no tr
 made and V is never touched. One launch covers q and k (grid axis 1 picks the tensor).
 
 Numerics follow the eager reference: norm in fp32, its result rounded to the activation dtype, the
-weight applied per ``norm`` style, RoPE angles either loaded (cos/sin, rounded as given) or computed
-in-kernel as the exact fp32 product position * inv_freq, rounded to the activation dtype like
-``emb.cos().to(dtype)``.
+weight applied per ``norm`` style, RoPE cos/sin loaded from [B, S, R] tables (the model's own, or
+built from ``inv_freq`` and ``position_ids`` by ``rope_table``: computing them here, per head row,
+measured slower on the H200).
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
-
-try:  # accurate cos/sin for large angles on the GPU (tl.cos may lower to an approximation)
-    from triton.language.extra import libdevice
-except Exception:  # pragma: no cover
-    libdevice = None
 
 NORM_CODES = {"none": 0, "fp32_weight": 1, "cast_weight": 2, "fp32_one_plus_weight": 3}
 ROPE_CODES = {"none": 0, "half": 1, "interleaved": 2}
@@ -32,24 +27,10 @@ def _round(x, DT: tl.constexpr):
 
 
 @triton.jit
-def _cos_sin(ang, DT: tl.constexpr, LIBDEVICE: tl.constexpr):
-    # emb.cos().to(dtype): accurate fp32 cos/sin (angles reach thousands of radians), rounded
-    if LIBDEVICE:
-        c = libdevice.cos(ang)
-        s = libdevice.sin(ang)
-    else:
-        c = tl.cos(ang)
-        s = tl.sin(ang)
-    return _round(c, DT), _round(s, DT)
-
-
-@triton.jit
 def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
           cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-          pos_ptr, pos_b, pos_s, invf_ptr,
           D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
-          NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, ROPE_FROM_FREQ: tl.constexpr,
-          LIBDEVICE: tl.constexpr, HEADS_P2: tl.constexpr):
+          NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr):
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_D)
     rmask = rows < n_rows
@@ -94,34 +75,9 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
         bi = tok // S
         si = tok - bi * S
         rm = rmask[:, None] & in_rot[None, :]
-        if ROPE_FROM_FREQ:
-            if ROPE == 1:
-                fidx = tl.where(cols < HALF, cols, cols - HALF)
-            else:
-                fidx = cols // 2
-            f = tl.load(invf_ptr + fidx, mask=in_rot, other=0.0).to(tl.float32)
-            if HEADS_P2 > 0:
-                # the block is whole tokens (ROWS = T x heads): one angle row per token, shared
-                # by its heads (cos/sin are the costly part: heads-fold fewer of them)
-                T: tl.constexpr = ROWS // HEADS_P2
-                toks = pid * T + tl.arange(0, T)
-                bt = toks // S
-                st = toks - bt * S
-                pos_t = tl.load(pos_ptr + bt * pos_b + st * pos_s, mask=toks * HEADS_P2 < n_rows,
-                                other=0).to(tl.float32)
-                c_t, s_t = _cos_sin(pos_t[:, None] * f[None, :], DT, LIBDEVICE)
-                c = tl.reshape(tl.broadcast_to(c_t[:, None, :], (T, HEADS_P2, BLOCK_D)),
-                               (ROWS, BLOCK_D))
-                s_ = tl.reshape(tl.broadcast_to(s_t[:, None, :], (T, HEADS_P2, BLOCK_D)),
-                                (ROWS, BLOCK_D))
-            else:
-                pos = tl.load(pos_ptr + bi * pos_b + si * pos_s, mask=rmask, other=0).to(
-                    tl.float32)
-                c, s_ = _cos_sin(pos[:, None] * f[None, :], DT, LIBDEVICE)
-        else:
-            cso = bi[:, None].to(tl.int64) * cs_b + si[:, None] * cs_s + cols[None, :] * cs_d
-            c = tl.load(cos_ptr + cso, mask=rm, other=1.0).to(tl.float32)
-            s_ = tl.load(sin_ptr + cso, mask=rm, other=0.0).to(tl.float32)
+        cso = bi[:, None].to(tl.int64) * cs_b + si[:, None] * cs_s + cols[None, :] * cs_d
+        c = tl.load(cos_ptr + cso, mask=rm, other=1.0).to(tl.float32)
+        s_ = tl.load(sin_ptr + cso, mask=rm, other=0.0).to(tl.float32)
         y = x * c + (sign[None, :] * xp) * s_
         x = tl.where(in_rot[None, :], y, x)
     tl.store(base + cols[None, :], x.to(DT), mask=m2)
@@ -130,61 +86,40 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
 @triton.jit
 def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, eps_k,
                         cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                        pos_ptr, pos_b, pos_s, invf_ptr,
                         D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
-                        NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
-                        ROPE_FROM_FREQ: tl.constexpr, LIBDEVICE: tl.constexpr,
-                        HQ_P2: tl.constexpr, HK_P2: tl.constexpr):
+                        NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr):
     pid = tl.program_id(0)
     which = tl.program_id(1)
     if which == 0:
         if pid * ROWS < q_rows:
             _rows(q_ptr, qw_ptr, q_rows, HQ, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                  pos_ptr, pos_b, pos_s, invf_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R,
-                  ROPE_FROM_FREQ, LIBDEVICE, HQ_P2)
+                  D, BLOCK_D, ROWS, NORM, ROPE, R)
     else:
         if pid * ROWS < k_rows:
             _rows(k_ptr, kw_ptr, k_rows, HK, S, pid, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                  pos_ptr, pos_b, pos_s, invf_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R,
-                  ROPE_FROM_FREQ, LIBDEVICE, HK_P2)
+                  D, BLOCK_D, ROWS, NORM, ROPE, R)
 
 
-def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, inv_freq, position_ids,
-                  batch, seq, num_heads, num_kv_heads, head_dim, norm, eps, rope, rotary_dim,
-                  interpret=False, eps_k=None):
-    """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin already [B, S, R]-
-    broadcast views (or None with inv_freq [R/2] and position_ids [B, S] broadcast views)."""
+def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_heads,
+                  num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None):
+    """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin: [B, S, R]-broadcast
+    views (None without RoPE)."""
     d = head_dim
     q_rows = batch * seq * num_heads
     k_rows = batch * seq * num_kv_heads
     block_d = triton.next_power_of_2(d)
     rows = max(1, min(64, 4096 // block_d))
     dummy = q
-    from_freq = rope != "none" and cos is None
-    if rope != "none" and not from_freq:
+    if rope != "none":
         cs = (cos.stride(0), cos.stride(1), cos.stride(2))
     else:
+        cos = sin = dummy
         cs = (0, 0, 0)
-    if from_freq:
-        pos = (position_ids.stride(0), position_ids.stride(1))
-    else:
-        pos = (0, 0)
     grid = (triton.cdiv(q_rows, rows), 2)
     qk_norm_rope_kernel[grid](
         q, k,
         q_norm_weight if norm != "none" else dummy, k_norm_weight if norm != "none" else dummy,
         q_rows, k_rows, num_heads, num_kv_heads, seq, float(eps),
-        float(eps if eps_k is None else eps_k),
-        cos if (rope != "none" and not from_freq) else dummy,
-        sin if (rope != "none" and not from_freq) else dummy, *cs,
-        position_ids if from_freq else dummy, *pos, inv_freq if from_freq else dummy,
+        float(eps if eps_k is None else eps_k), cos, sin, *cs,
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
-        R=rotary_dim if rope != "none" else 0, ROPE_FROM_FREQ=from_freq,
-        LIBDEVICE=(not interpret) and libdevice is not None,
-        HQ_P2=_whole_tokens(num_heads, rows), HK_P2=_whole_tokens(num_kv_heads, rows),
-        num_warps=4)
-
-
-def _whole_tokens(heads: int, rows: int) -> int:
-    """heads when a block of ``rows`` rows is whole tokens and shapes allow it, else 0."""
-    return heads if heads & (heads - 1) == 0 and rows % heads == 0 else 0
+        R=rotary_dim if rope != "none" else 0, num_warps=4)

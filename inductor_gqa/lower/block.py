@@ -5,9 +5,12 @@
                                            3xTF32 Triton launch where it measures faster than
                                            cuBLAS's IEEE GEMMs; float32 V comes transposed,
                                            [Hkv*D, B*S]
+    rope_tables(inv_freq, position_ids)    one Triton launch, when the op was handed the angles'
+                                           sources instead of the model's cos/sin
     qk_norm_rope_(q, k)                    one Triton launch: RMSNorm (fp32) + RoPE, in place
     attention                              Triton flash kernel (GQA-native, masks, causal skip),
-                                           two-pass when probabilities are returned; or the
+                                           two-pass when probabilities are returned (P @ V
+                                           in whichever pass measures faster); or the
                                            library SDPA where it measured faster and no
                                            probabilities/masks are involved
     linear(o, wo, bo)                      the same choice
@@ -27,6 +30,7 @@ import torch.nn.functional as F
 
 from ..kernels import flash, tuning
 from ..kernels.qk_epilogue import qk_norm_rope_
+from ..kernels.rope_table import rope_tables
 from .linear import linear, qkv
 from ..plan.spec import BlockSpec
 
@@ -49,7 +53,7 @@ def fp32_dot_precision() -> str:
 def _rope_tables(t, spec, b, s):
     cos, sin = t["cos"], t["sin"]
     if spec.rope == "none":
-        return None, None, None, None
+        return None, None
     r = spec.rotary_dim
     if cos is not None:
         if sin is None or cos.dtype != t["x"].dtype or sin.dtype != cos.dtype:
@@ -58,13 +62,14 @@ def _rope_tables(t, spec, b, s):
         s3 = sin if sin.dim() == 3 else sin.reshape(-1, sin.shape[-2], sin.shape[-1])
         if c3.shape[-1] != r or s3.shape[-1] != r:
             raise _NotCovered
-        return torch.broadcast_to(c3, (b, s, r)), torch.broadcast_to(s3, (b, s, r)), None, None
+        return torch.broadcast_to(c3, (b, s, r)), torch.broadcast_to(s3, (b, s, r))
     inv, pos = t["inv_freq"], t["position_ids"]
     if inv is None or pos is None or inv.numel() * 2 != r or pos.dim() != 2:
         raise _NotCovered
     if inv.dtype != torch.float32 or pos.dtype.is_floating_point:
         raise _NotCovered
-    return None, None, inv.reshape(-1).contiguous(), torch.broadcast_to(pos, (b, s))
+    return rope_tables(inv, torch.broadcast_to(pos, (b, s)), r, spec.rope == "interleaved",
+                       t["x"].dtype, interpret=tuning.interpreting())
 
 
 class _NotCovered(Exception):
@@ -86,16 +91,29 @@ def _mask_view(t, spec, b, h, s):
     return torch.broadcast_to(m, (b, h, s, s))
 
 
-def _attention_configs(dtype, d, mode):
+# Where the probabilities path computes P @ V: in pass 1 (online softmax beside the row
+# statistics) or in pass 2 (from the stored probabilities). Measured per shape bucket; the first
+# is what the interpreter and CUDA-graph capture take.
+PV_PLACEMENTS = ("stats", "probs")
+
+
+def _attention_configs(dtype, d, mode, pv=None):
+    """(BLOCK_M, BLOCK_N, warps, stages) candidates; ``pv``: whether the pass computes P @ V
+    (default: modes 0 and 2 do)."""
+    if pv is None:
+        pv = mode != 1
     if tuning.interpreting():
         return [(32, 32, 4, 1)]
     if dtype == torch.float32:
-        # (BLOCK_M, BLOCK_N, warps, stages); measured on the H200 with K-major V: the
-        # probabilities pass likes narrow N tiles (store + P@V per tile), the stats pass wide ones
-        if mode == 2:
+        # measured on the H200 with K-major V: the probabilities pass with P@V likes narrow N
+        # tiles (store + P@V per tile), the passes without a store wide ones
+        if mode == 2 and pv:
             return [(128, 32, 8, 2), (128, 32, 8, 3), (256, 32, 8, 2), (128, 64, 8, 2),
                     (64, 32, 4, 2), (64, 64, 4, 2), (32, 64, 4, 2), (128, 16, 8, 2)]
-        if mode == 1:
+        if mode == 2:
+            return [(128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 4, 2), (64, 128, 4, 2),
+                    (128, 32, 8, 2), (256, 64, 8, 2), (64, 32, 4, 2)]
+        if mode == 1 and not pv:
             return [(128, 128, 8, 2), (128, 64, 8, 2), (64, 128, 4, 2), (64, 64, 4, 2),
                     (128, 128, 8, 3), (256, 64, 8, 2), (32, 128, 4, 2)]
         return [(64, 64, 4, 2), (128, 64, 8, 2), (128, 128, 8, 2), (64, 128, 4, 2),
@@ -149,9 +167,8 @@ def _run(t, spec):
         qn, kn = t["q_norm_weight"], t["k_norm_weight"]
         if qn is None or kn is None or qn.numel() != d or kn.numel() != d:
             raise _NotCovered
-    cos, sin, inv, pos = _rope_tables(t, spec, b, s)
+    cos, sin = _rope_tables(t, spec, b, s)
     mask = _mask_view(t, spec, b, h, s)
-    interp = tuning.interpreting()
 
     eps_value = _host_float(t, "runtime_eps", spec.eps)
     eps_k_value = _host_float(t, "runtime_k_eps", eps_value)
@@ -166,9 +183,8 @@ def _run(t, spec):
                   v_transposed=v_kmajor)
     # 2. norm + rope in place
     if spec.norm != "none" or spec.rope != "none":
-        qk_norm_rope_(q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, inv, pos, b, s, h,
-                      hk, d, spec.norm, eps_value, spec.rope, spec.rotary_dim, interpret=interp,
-                      eps_k=eps_k_value)
+        qk_norm_rope_(q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d,
+                      spec.norm, eps_value, spec.rope, spec.rotary_dim, eps_k=eps_k_value)
     # 3. attention -> o [B, S, H*D]
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, v_kmajor)
     # 4. o_proj
@@ -200,13 +216,13 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     bucket = (tuning.bucket(s), tuning.bucket(b * h))
     base_key = (dt, h, hk, d, spec.causal, mk, prec, bucket)
 
-    def run(mode, cfg, probs=None, ml=None):
+    def run(mode, cfg, probs=None, ml=None, pv=None):
         if cfg == "sdpa":
             return _sdpa(q, k, v, spec, b, s, scale)
         bm, bn, nw, ns = cfg
         flash.launch(qs, ks, vs, o, probs, mask, ml, b, s, h, spec.groups, d, scale,
                      spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns,
-                     v_kmajor=v_kmajor)
+                     v_kmajor=v_kmajor, pv=pv)
         return o
 
     if not spec.return_probs:
@@ -217,11 +233,17 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         return run(0, cfg), None
     probs = torch.empty((b, h, s, s), device=q.device, dtype=v.dtype)
     ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
-    c1 = tuning.pick(base_key + (1,), _attention_configs(dt, d, 1), lambda c: run(1, c, None, ml))
-    run(1, c1, None, ml)
-    c2 = tuning.pick(base_key + (2,), _attention_configs(dt, d, 2),
-                     lambda c: run(2, c, probs, ml))
-    run(2, c2, probs, ml)
+
+    def two_passes(placement):
+        pv1 = placement == "stats"
+        c1 = tuning.pick(base_key + (1, pv1), _attention_configs(dt, d, 1, pv1),
+                         lambda c: run(1, c, None, ml, pv1))
+        run(1, c1, None, ml, pv1)       # pass 2 is measured on real statistics
+        c2 = tuning.pick(base_key + (2, not pv1), _attention_configs(dt, d, 2, not pv1),
+                         lambda c: run(2, c, probs, ml, not pv1))
+        run(2, c2, probs, ml, not pv1)
+
+    two_passes(tuning.pick(base_key + ("pv",), PV_PLACEMENTS, two_passes))
     return o, probs
 
 

@@ -104,6 +104,19 @@ def test_w075_like(s, causal):
     _compare(spec, 2, s, 64, F32)
 
 
+@pytest.mark.parametrize("placement", block.PV_PLACEMENTS)
+@pytest.mark.parametrize("dtype,causal,mask", [(F32, False, "none"), (F32, True, "none"),
+                                               (F32, True, "bool_fill"), (BF16, True, "additive")])
+def test_pv_placements(monkeypatch, placement, dtype, causal, mask):
+    # the interpreter takes the first placement: put each one first in turn
+    order = (placement,) + tuple(p for p in block.PV_PLACEMENTS if p != placement)
+    monkeypatch.setattr(block, "PV_PLACEMENTS", order)
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, core="explicit", scale=0.25,
+                     scale_op="mul", causal=causal, mask=mask, mask_fill=-1e4,
+                     return_probs=True)
+    _compare(spec, 2, 37, 64, dtype, mask_shape=(mask, None))
+
+
 # W092-like: bf16, bias, QK RMSNorm, RoPE from cos/sin, causal, scale 1/sqrt(d), GQA 4:1
 @pytest.mark.parametrize("s", [17, 33])
 def test_w092_like(s):

@@ -1,0 +1,76 @@
+"""RoPE cos/sin tables from ``inv_freq`` and ``position_ids``, in one launch.
+
+The eager model computes the angles as a float32 outer product (``inv_freq @ position_ids``, an
+exact product per element), duplicates or interleaves them to the rotary width, and takes
+``cos``/``sin`` rounded to the activation dtype. This kernel does exactly that per token, once,
+for the [B, S, R] tables the norm/RoPE epilogue reads: one launch instead of the handful of small
+kernels the same code becomes in the graph, and the epilogue stays a pure load (computing the
+angles per head row inside it measured slower on the H200).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+try:  # accurate cos/sin for angles of thousands of radians (tl.cos may be an approximation)
+    from triton.language.extra import libdevice
+except Exception:  # pragma: no cover
+    libdevice = None
+
+
+@triton.jit
+def rope_table_kernel(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s,
+                      R: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr,
+                      INTERLEAVED: tl.constexpr, LIBDEVICE: tl.constexpr):
+    toks = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, BLOCK_R)
+    t_ok = toks < n_tok
+    c_ok = cols < R
+    bi = toks // S
+    si = toks - bi * S
+    pos = tl.load(pos_ptr + bi.to(tl.int64) * pos_b + si.to(tl.int64) * pos_s, mask=t_ok,
+                  other=0).to(tl.float32)
+    if INTERLEAVED:
+        fidx = cols // 2                # (f0, f0, f1, f1, ...)
+    else:
+        fidx = cols % (R // 2)          # cat((f, f), -1)
+    f = tl.load(inv_ptr + fidx, mask=c_ok, other=0.0)
+    ang = pos[:, None] * f[None, :]
+    if LIBDEVICE:
+        c = libdevice.cos(ang)
+        s = libdevice.sin(ang)
+    else:
+        c = tl.cos(ang)
+        s = tl.sin(ang)
+    off = toks[:, None].to(tl.int64) * R + cols[None, :]
+    m = t_ok[:, None] & c_ok[None, :]
+    tl.store(cos_ptr + off, c.to(cos_ptr.dtype.element_ty), mask=m)
+    tl.store(sin_ptr + off, s.to(sin_ptr.dtype.element_ty), mask=m)
+
+
+def rope_tables(inv_freq: torch.Tensor, position_ids: torch.Tensor, rotary_dim: int,
+                interleaved: bool, dtype: torch.dtype, interpret: bool = False):
+    """cos, sin [B, S, rotary_dim] in ``dtype`` for float32 ``inv_freq`` [rotary_dim / 2] and
+    integer ``position_ids`` [B, S] (any strides, broadcast views included)."""
+    if inv_freq.dtype != torch.float32 or inv_freq.numel() * 2 != rotary_dim:
+        raise ValueError(f"rope_tables: inv_freq must be float32 [{rotary_dim // 2}], got "
+                         f"{inv_freq.dtype} {tuple(inv_freq.shape)}")
+    if position_ids.dim() != 2 or position_ids.dtype.is_floating_point:
+        raise ValueError(f"rope_tables: position_ids must be an integer [B, S] tensor, got "
+                         f"{position_ids.dtype} {tuple(position_ids.shape)}")
+    b, s = position_ids.shape
+    inv = inv_freq.reshape(-1).contiguous()
+    cos = torch.empty((b, s, rotary_dim), device=inv.device, dtype=dtype)
+    sin = torch.empty_like(cos)
+    n_tok = b * s
+    if n_tok == 0:
+        return cos, sin
+    block_r = triton.next_power_of_2(rotary_dim)
+    block_t = max(1, 2048 // block_r)
+    rope_table_kernel[(triton.cdiv(n_tok, block_t),)](
+        inv, position_ids, cos, sin, n_tok, s, position_ids.stride(0), position_ids.stride(1),
+        R=rotary_dim, BLOCK_R=block_r, BLOCK_T=block_t, INTERLEAVED=interleaved,
+        LIBDEVICE=(not interpret) and libdevice is not None, num_warps=4)
+    return cos, sin
