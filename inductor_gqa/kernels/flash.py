@@ -5,10 +5,8 @@
   adjacent in launch order, so its K/V tiles are served from L2. repeat_kv is never formed.
 * MODE 0: one pass, online softmax (no probabilities).
   MODE 1 + MODE 2: the probabilities path. Pass 1 stores per-row max and sum of exp (base 2);
-  pass 2 recomputes the scores and writes the normalized probabilities exactly once. No other
-  S x S tensor exists. The P @ V product runs in one of the two passes (PV switch): in pass 1 as
-  online softmax (pass 2 then only computes scores and stores, so its stores overlap less
-  work and it needs no V tiles), or in pass 2 from the stored values; the launcher measures both.
+  pass 2 recomputes the scores, writes the normalized probabilities exactly once and accumulates
+  P @ V. No other S x S tensor exists.
 * Masks, in the eager order: scale, causal (-inf), bool_fill (mask_fill), bool_keep (-inf),
   additive. Causal tiles wholly above the diagonal are skipped (and, for probabilities, written as
   zeros without computing) except with bool_fill, whose finite fill overrides the causal -inf.
@@ -99,7 +97,7 @@ def gqa_attention_kernel(
         H, G, S, qscale, mask_fill,
         D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
-        UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PV: tl.constexpr):
+        UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -153,12 +151,11 @@ def gqa_attention_kernel(
             p_out = p.to(P.dtype.element_ty)
             tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :],
                      eviction_policy="evict_first")
-            if PV:
-                v = _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR)
-                if UPCAST:
-                    acc += tl.dot(p_out.to(tl.float32), v.to(tl.float32), input_precision=PREC)
-                else:
-                    acc += tl.dot(p_out.to(V.dtype.element_ty), v, input_precision=PREC)
+            v = _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR)
+            if UPCAST:
+                acc += tl.dot(p_out.to(tl.float32), v.to(tl.float32), input_precision=PREC)
+            else:
+                acc += tl.dot(p_out.to(V.dtype.element_ty), v, input_precision=PREC)
         else:
             m_new = tl.maximum(m_i, tl.max(t, 1))
             m_u = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -166,7 +163,7 @@ def gqa_attention_kernel(
             alpha = tl.exp2(m_i - m_u)
             l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
-            if PV:
+            if MODE == 0:
                 v = _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR)
                 acc = acc * alpha[:, None]
                 if UPCAST:
@@ -177,15 +174,15 @@ def gqa_attention_kernel(
     if MODE == 1:
         tl.store(ML + ml_off * 2, m_i, mask=m_ok)
         tl.store(ML + ml_off * 2 + 1, l_i, mask=m_ok)
-    if MODE == 2:
-        # causal tiles above the diagonal: zeros, written once, nothing computed
-        zeros = tl.zeros([BLOCK_M, BLOCK_N], P.dtype.element_ty)
-        for start_n in range(hi, S, BLOCK_N):
-            offs_n = start_n + offs_nb
-            tl.store(p_row + offs_n[None, :], zeros, mask=m_ok[:, None] & (offs_n < S)[None, :],
-                     eviction_policy="evict_first")
-    if PV:
-        if MODE != 2:
+    else:
+        if MODE == 2:
+            # causal tiles above the diagonal: zeros, written once, nothing computed
+            zeros = tl.zeros([BLOCK_M, BLOCK_N], P.dtype.element_ty)
+            for start_n in range(hi, S, BLOCK_N):
+                offs_n = start_n + offs_nb
+                tl.store(p_row + offs_n[None, :], zeros, mask=m_ok[:, None] & (offs_n < S)[None, :],
+                         eviction_policy="evict_first")
+        else:
             acc = acc / l_i[:, None]
         o_ptrs = (O + b64 * so_b + h * so_h + offs_m[:, None].to(tl.int64) * so_s
                   + offs_d[None, :])
@@ -194,14 +191,9 @@ def gqa_attention_kernel(
 
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
            mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
-           num_stages, v_kmajor=False, pv=None):
+           num_stages, v_kmajor=False):
     """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
-    v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D].
-    ``pv``: whether this pass computes P @ V into ``out`` (default: modes 0 and 2 do)."""
-    if pv is None:
-        pv = mode != 1
-    if mode == 0 and not pv:
-        raise ValueError("flash.launch: mode 0 always computes the output")
+    v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D]."""
     (Qt, sq), (Kt, sk), (Vt, sv) = q, k, v
     block_d = max(16, triton.next_power_of_2(head_dim))
     if mask is not None:
@@ -220,5 +212,5 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         *sp, *sm,
         num_heads, groups, seq, float(scale) * LOG2E, log2_units(float(mask_fill)),
         D=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
-        MASK_KIND=mask_kind, MODE=mode, PREC=prec, UPCAST=upcast, V_KMAJOR=bool(v_kmajor), PV=bool(pv),
+        MASK_KIND=mask_kind, MODE=mode, PREC=prec, UPCAST=upcast, V_KMAJOR=bool(v_kmajor),
         num_warps=num_warps, num_stages=num_stages)

@@ -22,21 +22,18 @@ except Exception:  # pragma: no cover
 
 @triton.jit
 def rope_table_kernel(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s,
-                      R: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr,
+                      R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
                       INTERLEAVED: tl.constexpr, LIBDEVICE: tl.constexpr):
+    # each frequency's cos/sin is computed once and stored to its two columns
     toks = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    cols = tl.arange(0, BLOCK_R)
+    i = tl.arange(0, BLOCK_H)
     t_ok = toks < n_tok
-    c_ok = cols < R
+    i_ok = i < R // 2
     bi = toks // S
     si = toks - bi * S
     pos = tl.load(pos_ptr + bi.to(tl.int64) * pos_b + si.to(tl.int64) * pos_s, mask=t_ok,
                   other=0).to(tl.float32)
-    if INTERLEAVED:
-        fidx = cols // 2                # (f0, f0, f1, f1, ...)
-    else:
-        fidx = cols % (R // 2)          # cat((f, f), -1)
-    f = tl.load(inv_ptr + fidx, mask=c_ok, other=0.0)
+    f = tl.load(inv_ptr + i, mask=i_ok, other=0.0)
     ang = pos[:, None] * f[None, :]
     if LIBDEVICE:
         c = libdevice.cos(ang)
@@ -44,17 +41,28 @@ def rope_table_kernel(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s
     else:
         c = tl.cos(ang)
         s = tl.sin(ang)
-    off = toks[:, None].to(tl.int64) * R + cols[None, :]
-    m = t_ok[:, None] & c_ok[None, :]
-    tl.store(cos_ptr + off, c.to(cos_ptr.dtype.element_ty), mask=m)
-    tl.store(sin_ptr + off, s.to(sin_ptr.dtype.element_ty), mask=m)
+    c = c.to(cos_ptr.dtype.element_ty)
+    s = s.to(sin_ptr.dtype.element_ty)
+    if INTERLEAVED:
+        col0 = 2 * i                    # (f0, f0, f1, f1, ...)
+        col1 = 2 * i + 1
+    else:
+        col0 = i                        # cat((f, f), -1)
+        col1 = i + R // 2
+    row = toks[:, None].to(tl.int64) * R
+    m = t_ok[:, None] & i_ok[None, :]
+    tl.store(cos_ptr + row + col0[None, :], c, mask=m)
+    tl.store(cos_ptr + row + col1[None, :], c, mask=m)
+    tl.store(sin_ptr + row + col0[None, :], s, mask=m)
+    tl.store(sin_ptr + row + col1[None, :], s, mask=m)
 
 
 def rope_tables(inv_freq: torch.Tensor, position_ids: torch.Tensor, rotary_dim: int,
                 interleaved: bool, dtype: torch.dtype, interpret: bool = False):
     """cos, sin [B, S, rotary_dim] in ``dtype`` for float32 ``inv_freq`` [rotary_dim / 2] and
     integer ``position_ids`` [B, S] (any strides, broadcast views included)."""
-    if inv_freq.dtype != torch.float32 or inv_freq.numel() * 2 != rotary_dim:
+    if (inv_freq.dtype != torch.float32 or rotary_dim % 2
+            or inv_freq.numel() * 2 != rotary_dim):
         raise ValueError(f"rope_tables: inv_freq must be float32 [{rotary_dim // 2}], got "
                          f"{inv_freq.dtype} {tuple(inv_freq.shape)}")
     if position_ids.dim() != 2 or position_ids.dtype.is_floating_point:
@@ -67,10 +75,10 @@ def rope_tables(inv_freq: torch.Tensor, position_ids: torch.Tensor, rotary_dim: 
     n_tok = b * s
     if n_tok == 0:
         return cos, sin
-    block_r = triton.next_power_of_2(rotary_dim)
-    block_t = max(1, 2048 // block_r)
+    block_h = triton.next_power_of_2(rotary_dim // 2)
+    block_t = max(1, 256 // block_h)    # small programs: short sequences still fill the GPU
     rope_table_kernel[(triton.cdiv(n_tok, block_t),)](
         inv, position_ids, cos, sin, n_tok, s, position_ids.stride(0), position_ids.stride(1),
-        R=rotary_dim, BLOCK_R=block_r, BLOCK_T=block_t, INTERLEAVED=interleaved,
+        R=rotary_dim, BLOCK_H=block_h, BLOCK_T=block_t, INTERLEAVED=interleaved,
         LIBDEVICE=(not interpret) and libdevice is not None, num_warps=4)
     return cos, sin

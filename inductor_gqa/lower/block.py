@@ -4,13 +4,12 @@
                                            their epilogue) or, for float32 under "highest", one
                                            3xTF32 Triton launch where it measures faster than
                                            cuBLAS's IEEE GEMMs; float32 V comes transposed,
-                                           [Hkv*D, B*S]
+                                           [B, Hkv*D, S] (S-major rows)
     rope_tables(inv_freq, position_ids)    one Triton launch, when the op was handed the angles'
                                            sources instead of the model's cos/sin
     qk_norm_rope_(q, k)                    one Triton launch: RMSNorm (fp32) + RoPE, in place
     attention                              Triton flash kernel (GQA-native, masks, causal skip),
-                                           two-pass when probabilities are returned (P @ V
-                                           in whichever pass measures faster); or the
+                                           two-pass when probabilities are returned; or the
                                            library SDPA where it measured faster and no
                                            probabilities/masks are involved
     linear(o, wo, bo)                      the same choice
@@ -91,29 +90,17 @@ def _mask_view(t, spec, b, h, s):
     return torch.broadcast_to(m, (b, h, s, s))
 
 
-# Where the probabilities path computes P @ V: in pass 1 (online softmax beside the row
-# statistics) or in pass 2 (from the stored probabilities). Measured per shape bucket; the first
-# is what the interpreter and CUDA-graph capture take.
-PV_PLACEMENTS = ("stats", "probs")
-
-
-def _attention_configs(dtype, d, mode, pv=None):
-    """(BLOCK_M, BLOCK_N, warps, stages) candidates; ``pv``: whether the pass computes P @ V
-    (default: modes 0 and 2 do)."""
-    if pv is None:
-        pv = mode != 1
+def _attention_configs(dtype, d, mode):
+    """(BLOCK_M, BLOCK_N, warps, stages) candidates of one pass (flash.py's MODE)."""
     if tuning.interpreting():
         return [(32, 32, 4, 1)]
     if dtype == torch.float32:
-        # measured on the H200 with K-major V: the probabilities pass with P@V likes narrow N
-        # tiles (store + P@V per tile), the passes without a store wide ones
-        if mode == 2 and pv:
+        # measured on the H200 with K-major V: the probabilities pass likes narrow N tiles
+        # (store + P@V per tile), the stats pass wide ones
+        if mode == 2:
             return [(128, 32, 8, 2), (128, 32, 8, 3), (256, 32, 8, 2), (128, 64, 8, 2),
                     (64, 32, 4, 2), (64, 64, 4, 2), (32, 64, 4, 2), (128, 16, 8, 2)]
-        if mode == 2:
-            return [(128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 4, 2), (64, 128, 4, 2),
-                    (128, 32, 8, 2), (256, 64, 8, 2), (64, 32, 4, 2)]
-        if mode == 1 and not pv:
+        if mode == 1:
             return [(128, 128, 8, 2), (128, 64, 8, 2), (64, 128, 4, 2), (64, 64, 4, 2),
                     (128, 128, 8, 3), (256, 64, 8, 2), (32, 128, 4, 2)]
         return [(64, 64, 4, 2), (128, 64, 8, 2), (128, 128, 8, 2), (64, 128, 4, 2),
@@ -175,7 +162,7 @@ def _run(t, spec):
     scale_value = _host_float(t, "runtime_scale", spec.scale)
 
     # 1. projections (cuBLAS, bias fused; one 3xTF32 Triton launch for fp32 "highest" where it
-    #    measures faster), q and k [B*S, heads*D] contiguous; float32 V as V^T [Hkv*D, B*S], the
+    #    measures faster), q and k [B*S, heads*D] contiguous; float32 V as V^T [B, Hkv*D, S], the
     #    K-major operand Hopper's TF32 MMA needs for P @ V
     prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
     v_kmajor = dt == torch.float32
@@ -198,14 +185,14 @@ def _sdpa_ok(spec: BlockSpec, dt):
 
 
 def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor=False):
-    """q [B*S, H*D], k [B*S, Hkv*D] contiguous; v the same, or V^T [Hkv*D, B*S] contiguous when
-    ``v_kmajor`` -> (o [B,S,H*D], probs or None)."""
+    """q [B*S, H*D], k [B*S, Hkv*D] contiguous; v the same, or V^T as a [B, Hkv*D, S] view with
+    unit stride along S when ``v_kmajor`` -> (o [B,S,H*D], probs or None)."""
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     dt = q.dtype
     qs = (q, (s * h * d, d, h * d))
     ks = (k, (s * hk * d, d, hk * d))
     if v_kmajor:
-        vs = (v, (s, d * b * s, 1, b * s))
+        vs = (v, (v.stride(0), d * v.stride(1), 1, v.stride(1)))
     else:
         vs = (v, (s * hk * d, d, hk * d, 1))
     scale = spec.effective_scale(scale_value)
@@ -216,13 +203,13 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     bucket = (tuning.bucket(s), tuning.bucket(b * h))
     base_key = (dt, h, hk, d, spec.causal, mk, prec, bucket)
 
-    def run(mode, cfg, probs=None, ml=None, pv=None):
+    def run(mode, cfg, probs=None, ml=None):
         if cfg == "sdpa":
             return _sdpa(q, k, v, spec, b, s, scale)
         bm, bn, nw, ns = cfg
         flash.launch(qs, ks, vs, o, probs, mask, ml, b, s, h, spec.groups, d, scale,
                      spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns,
-                     v_kmajor=v_kmajor, pv=pv)
+                     v_kmajor=v_kmajor)
         return o
 
     if not spec.return_probs:
@@ -234,16 +221,11 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     probs = torch.empty((b, h, s, s), device=q.device, dtype=v.dtype)
     ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
 
-    def two_passes(placement):
-        pv1 = placement == "stats"
-        c1 = tuning.pick(base_key + (1, pv1), _attention_configs(dt, d, 1, pv1),
-                         lambda c: run(1, c, None, ml, pv1))
-        run(1, c1, None, ml, pv1)       # pass 2 is measured on real statistics
-        c2 = tuning.pick(base_key + (2, not pv1), _attention_configs(dt, d, 2, not pv1),
-                         lambda c: run(2, c, probs, ml, not pv1))
-        run(2, c2, probs, ml, not pv1)
-
-    two_passes(tuning.pick(base_key + ("pv",), PV_PLACEMENTS, two_passes))
+    c1 = tuning.pick(base_key + (1,), _attention_configs(dt, d, 1), lambda c: run(1, c, None, ml))
+    run(1, c1, None, ml)        # pass 2 is measured on real statistics
+    c2 = tuning.pick(base_key + (2,), _attention_configs(dt, d, 2),
+                     lambda c: run(2, c, probs, ml))
+    run(2, c2, probs, ml)
     return o, probs
 
 

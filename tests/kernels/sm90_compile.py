@@ -43,8 +43,7 @@ def attention_jobs():
 
     jobs = []
 
-    def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0, pv=None):
-        pv = mode != 1 if pv is None else pv
+    def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0):
         bm, bn, nw, ns = cfg
         t = TY[str(dt).split(".")[-1]]
         mask_t = {0: t, 1: "u8", 2: "u8", 3: t}[mask]
@@ -52,31 +51,28 @@ def attention_jobs():
                      ML="*fp32", qscale="fp32", mask_fill="fp32")
         consts = dict(D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_M=bm, BLOCK_N=bn,
                       CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
-                      V_KMAJOR=kmajor, PV=pv, **({"sv_s": 1} if kmajor else {"sv_d": 1}))
-        jobs.append(_job(f"attention {tag} mode{mode} pv={pv} {cfg} {prec} causal={causal} "
-                         f"mask={mask}",
+                      V_KMAJOR=kmajor, **({"sv_s": 1} if kmajor else {"sv_d": 1}))
+        jobs.append(_job(f"attention {tag} mode{mode} {cfg} {prec} causal={causal} mask={mask}",
                          "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
                          nw, ns))
 
-    passes = ((0, True), (1, False), (1, True), (2, True), (2, False))   # (MODE, PV)
     for prec in ("tf32", "tf32x3"):                       # W075: float32, D 64, K-major V
-        for mode, pv in passes:
-            for cfg in _attention_configs(torch.float32, 64, mode, pv):
-                add("fp32 d64", torch.float32, 64, mode, cfg, kmajor=True, prec=prec, pv=pv)
+        for mode in (0, 1, 2):
+            for cfg in _attention_configs(torch.float32, 64, mode):
+                add("fp32 d64", torch.float32, 64, mode, cfg, kmajor=True, prec=prec)
     for d in (128, 64):                                   # W092 and a bf16 D=64 model
-        for mode, pv in passes:
-            for cfg in _attention_configs(torch.bfloat16, d, mode, pv):
-                add(f"bf16 d{d}", torch.bfloat16, d, mode, cfg, kmajor=False, causal=d == 128,
-                    pv=pv)
-    for mode, pv in passes:                               # the remaining switches, one config
+        for mode in (0, 1, 2):
+            for cfg in _attention_configs(torch.bfloat16, d, mode):
+                add(f"bf16 d{d}", torch.bfloat16, d, mode, cfg, kmajor=False, causal=d == 128)
+    for mode in (0, 2):                                   # the remaining switches, one config
         for mask in (1, 2, 3):
             for causal in (False, True):
-                add("fp32 d64", torch.float32, 64, mode,
-                    _attention_configs(torch.float32, 64, mode, pv)[0], kmajor=True,
-                    causal=causal, mask=mask, pv=pv)
-        add("fp16 d128", torch.float16, 128, mode, (64, 64, 4, 3), kmajor=False, mask=3, pv=pv)
-        add("fp32 d24", torch.float32, 24, mode, (64, 64, 4, 2), kmajor=True, pv=pv)
-        add("bf16 d256", torch.bfloat16, 256, mode, (64, 32, 4, 2), kmajor=False, pv=pv)
+                add("fp32 d64", torch.float32, 64, mode, _attention_configs(torch.float32, 64,
+                                                                            mode)[0],
+                    kmajor=True, causal=causal, mask=mask)
+        add("fp16 d128", torch.float16, 128, mode, (64, 64, 4, 3), kmajor=False, mask=3)
+        add("fp32 d24", torch.float32, 24, mode, (64, 64, 4, 2), kmajor=True)
+        add("bf16 d256", torch.bfloat16, 256, mode, (64, 32, 4, 2), kmajor=False)
     return jobs
 
 
@@ -117,9 +113,9 @@ def epilogue_jobs():
                          consts, 4))
 
     def add_table(dt, r, interleaved):
-        block_r = 1 << (r - 1).bit_length()
+        block_h = 1 << (r // 2 - 1).bit_length()
         types = dict(inv_ptr="*fp32", pos_ptr="*i64", cos_ptr="*" + dt, sin_ptr="*" + dt)
-        consts = dict(R=r, BLOCK_R=block_r, BLOCK_T=max(1, 2048 // block_r),
+        consts = dict(R=r, BLOCK_H=block_h, BLOCK_T=max(1, 256 // block_h),
                       INTERLEAVED=interleaved, LIBDEVICE=True)
         jobs.append(_job(f"rope_table {dt} r{r} interleaved={interleaved}",
                          "inductor_gqa.kernels.rope_table", "rope_table_kernel", types, consts, 4))
