@@ -4,7 +4,7 @@
 * ``qkv_kernel``: the Q, K and V projections in one launch, reading the three weights where they
   are (no concatenation per call); each output has its own strides, so V can be written
   transposed ([Hkv*D, B*S], the K-major operand the float32 attention kernel wants) by the same
-  store (lower/linear.py hands it on as a [B, Hkv*D, S] view).
+  store.
 
 float32 follows the matmul precision in force: "tf32" (TF32 tensor cores), or "tf32x3" (three
 TF32 products per tile, hi*hi + hi*lo + lo*hi: float32-level error at tensor-core speed) under

@@ -4,7 +4,7 @@
                                            their epilogue) or, for float32 under "highest", one
                                            3xTF32 Triton launch where it measures faster than
                                            cuBLAS's IEEE GEMMs; float32 V comes transposed,
-                                           [B, Hkv*D, S] (S-major rows)
+                                           [Hkv*D, B*S]
     rope_tables(inv_freq, position_ids)    one Triton launch, when the op was handed the angles'
                                            sources instead of the model's cos/sin
     qk_norm_rope_(q, k)                    one Triton launch: RMSNorm (fp32) + RoPE, in place
@@ -97,12 +97,14 @@ def _attention_configs(dtype, d, mode):
     if dtype == torch.float32:
         # measured on the H200 with K-major V: the probabilities pass likes narrow N tiles
         # (store + P@V per tile), the stats pass wide ones
+        # (deeper pipelines: 3 stages took the probabilities pass from 623 to 467 us at 4096x1)
         if mode == 2:
-            return [(128, 32, 8, 2), (128, 32, 8, 3), (256, 32, 8, 2), (128, 64, 8, 2),
-                    (64, 32, 4, 2), (64, 64, 4, 2), (32, 64, 4, 2), (128, 16, 8, 2)]
+            return [(128, 32, 8, 3), (128, 32, 8, 4), (128, 32, 8, 2), (256, 32, 8, 3),
+                    (128, 64, 8, 3), (128, 16, 8, 4), (64, 32, 4, 3), (64, 64, 4, 2),
+                    (64, 64, 4, 3), (32, 64, 4, 2)]
         if mode == 1:
-            return [(128, 128, 8, 2), (128, 64, 8, 2), (64, 128, 4, 2), (64, 64, 4, 2),
-                    (128, 128, 8, 3), (256, 64, 8, 2), (32, 128, 4, 2)]
+            return [(128, 128, 8, 2), (128, 64, 8, 3), (64, 128, 4, 2), (64, 64, 4, 2),
+                    (128, 128, 8, 3), (64, 128, 4, 3), (32, 128, 4, 2)]
         return [(64, 64, 4, 2), (128, 64, 8, 2), (128, 128, 8, 2), (64, 128, 4, 2),
                 (32, 128, 4, 2), (64, 128, 4, 3), (16, 128, 4, 2)]
     if d <= 64:
@@ -162,7 +164,7 @@ def _run(t, spec):
     scale_value = _host_float(t, "runtime_scale", spec.scale)
 
     # 1. projections (cuBLAS, bias fused; one 3xTF32 Triton launch for fp32 "highest" where it
-    #    measures faster), q and k [B*S, heads*D] contiguous; float32 V as V^T [B, Hkv*D, S], the
+    #    measures faster), q and k [B*S, heads*D] contiguous; float32 V as V^T [Hkv*D, B*S], the
     #    K-major operand Hopper's TF32 MMA needs for P @ V
     prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
     v_kmajor = dt == torch.float32
@@ -185,14 +187,14 @@ def _sdpa_ok(spec: BlockSpec, dt):
 
 
 def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor=False):
-    """q [B*S, H*D], k [B*S, Hkv*D] contiguous; v the same, or V^T as a [B, Hkv*D, S] view with
-    unit stride along S when ``v_kmajor`` -> (o [B,S,H*D], probs or None)."""
+    """q [B*S, H*D], k [B*S, Hkv*D] contiguous; v the same, or V^T [Hkv*D, B*S] contiguous when
+    ``v_kmajor`` -> (o [B,S,H*D], probs or None)."""
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     dt = q.dtype
     qs = (q, (s * h * d, d, h * d))
     ks = (k, (s * hk * d, d, hk * d))
     if v_kmajor:
-        vs = (v, (v.stride(0), d * v.stride(1), 1, v.stride(1)))
+        vs = (v, (s, d * b * s, 1, b * s))
     else:
         vs = (v, (s * hk * d, d, hk * d, 1))
     scale = spec.effective_scale(scale_value)

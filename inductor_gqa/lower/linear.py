@@ -58,31 +58,18 @@ def linear(x: torch.Tensor, w: torch.Tensor, b, prec: str) -> torch.Tensor:
 
 
 def linear_t(x: torch.Tensor, w: torch.Tensor, b, prec: str) -> torch.Tensor:
-    """(x @ W^T + b)^T for x [B, S, K], as a [B, N, S] view with unit stride along S: the K-major
-    V operand of the attention kernel. With the library GEMM each batch's rows start 64-byte
-    aligned (S padded to a multiple of 16 in the buffer), so the attention kernel's V loads stay
-    vector-wide for ragged S; the Triton GEMM writes one [N, B*S] matrix (W @ x2d^T)."""
-    bsz, s, k = x.shape
-    n = w.shape[0]
-    x2d = x.reshape(-1, k)
-    if _triton_ok(x2d, [(w, None)], prec):
-        y = linear(w, x2d, None, prec)
-        if b is not None:
-            y = y + b[:, None]
-        return y.contiguous().view(n, bsz, s).transpose(0, 1)
-    s_pad = -(-s // 16) * 16
-    y = torch.empty((bsz, n, s_pad), device=x.device, dtype=x.dtype)[:, :, :s]
-    torch.bmm(w.expand(bsz, n, k), x.transpose(1, 2), out=y)
+    """(x @ W^T + b)^T as one [N, B*S] matrix (W @ x2d^T): the K-major V operand of the attention
+    kernel. Same GEMM choice as ``linear``, with the roles of the two operands swapped."""
+    x2d = x.reshape(-1, x.shape[-1])
+    y = linear(w, x2d, None, prec)
     if b is not None:
-        y += b[:, None]
-    return y
+        y = y + b[:, None]
+    return y.contiguous()
 
 
 def qkv(x: torch.Tensor, q_wb, k_wb, v_wb, prec: str, v_transposed: bool):
-    """(q [B*S, Nq], k [B*S, Nk], v) for x [B, S, K]; q and k contiguous; v is [B*S, Nv]
-    contiguous, or with ``v_transposed`` V^T as a [B, Nv, S] view with unit stride along S (see
-    ``linear_t``)."""
-    bsz, s, _ = x.shape
+    """(q [B*S, Nq], k [B*S, Nk], v) for x [B, S, K]; v is [B*S, Nv], or its transpose [Nv, B*S]
+    when ``v_transposed``. All contiguous."""
     x2d = x.reshape(-1, x.shape[-1])
     parts = (q_wb, k_wb, v_wb)
     biases = [b is not None for _, b in parts]
@@ -90,7 +77,7 @@ def qkv(x: torch.Tensor, q_wb, k_wb, v_wb, prec: str, v_transposed: bool):
     def separate():
         q = linear(x2d, *q_wb, prec).contiguous()
         k = linear(x2d, *k_wb, prec).contiguous()
-        v = linear_t(x, *v_wb, prec) if v_transposed else linear(x2d, *v_wb, prec).contiguous()
+        v = linear_t(x2d, *v_wb, prec) if v_transposed else linear(x2d, *v_wb, prec).contiguous()
         return q, k, v
 
     if not _triton_ok(x2d, parts, prec) or len(set(biases)) != 1:
@@ -102,9 +89,8 @@ def qkv(x: torch.Tensor, q_wb, k_wb, v_wb, prec: str, v_transposed: bool):
     if v_transposed:
         v = torch.empty((nv, m), device=x.device, dtype=x.dtype)
         v_view = v.t()
-        v_out = v.view(nv, bsz, s).transpose(0, 1)
     else:
-        v = v_view = v_out = torch.empty((m, nv), device=x.device, dtype=x.dtype)
+        v = v_view = torch.empty((m, nv), device=x.device, dtype=x.dtype)
 
     def run(cfg):
         if cfg == "separate":
@@ -112,7 +98,7 @@ def qkv(x: torch.Tensor, q_wb, k_wb, v_wb, prec: str, v_transposed: bool):
         bm, bn, bk, gm, nw, ns = cfg
         linear_kernels.launch_qkv(x2d, [(*q_wb, q), (*k_wb, kk), (*v_wb, v_view)], prec,
                                   bm, bn, bk, gm, nw, ns)
-        return q, kk, v_out
+        return q, kk, v
 
     key = ("qkv", tuning.bucket(m), nq, nk, nv, k, prec, biases[0], v_transposed)
     return run(tuning.pick(key, _candidates("separate"), run))
