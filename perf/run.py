@@ -98,6 +98,10 @@ def slug(name: str) -> str:
 
 
 def git_commit() -> str:
+    # PERF_GIT_COMMIT first: a copied working tree may sit in a stale checkout, whose HEAD
+    # (plus "-dirty") would name the wrong commit
+    if os.environ.get("PERF_GIT_COMMIT"):
+        return os.environ["PERF_GIT_COMMIT"]
     try:
         c = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                            text=True, timeout=10)
@@ -107,7 +111,7 @@ def git_commit() -> str:
             return c.stdout.strip() + ("-dirty" if d.stdout.strip() else "")
     except Exception:
         pass
-    return os.environ.get("PERF_GIT_COMMIT", "unknown")
+    return "unknown"
 
 
 def collect_env() -> dict:
