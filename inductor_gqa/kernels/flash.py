@@ -16,9 +16,6 @@
 * V may come K-major (V_KMAJOR: [B, Hkv, D, S]-strided, the layout a V^T GEMM writes): Hopper's
   TF32 MMA takes only K-major operands, so the float32 P @ V product then runs as one warpgroup
   MMA instead of a slower fallback (-20% time for the probabilities pass at S=4096 on the H200).
-* ASM_STORE: float32 probabilities leave by inline-asm stores straight from the MMA registers;
-  a plain tl.store first converts the tile to a coalesced layout through shared memory (with a
-  barrier between the two warpgroups). The launcher measures both.
 * Output goes directly to [B, S, H*D] (strided), ready for o_proj.
 * Ragged S: every tile is masked on the sequence bounds.
 """
@@ -93,17 +90,6 @@ def _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR: tl.constexpr):
 
 
 @triton.jit
-def _store_streaming_f32(ptrs, x, mask):
-    """Masked streaming (evict-first) store of a float32 tile, one element per instruction, in
-    whatever register layout ``x`` has: inline asm is elementwise, so Triton does not convert the
-    MMA accumulator layout to a coalesced one through shared memory (and a barrier) first."""
-    tl.inline_asm_elementwise(
-        "{ .reg .pred pr; setp.ne.b32 pr, $3, 0; @pr st.global.cs.f32 [$1], $2; mov.u32 $0, 0; }",
-        "=r,l,r,r", [ptrs, x.to(tl.int32, bitcast=True), mask.to(tl.int32)], dtype=tl.int32,
-        is_pure=False, pack=1)
-
-
-@triton.jit
 def gqa_attention_kernel(
         Q, K, V, O, P, MASK, ML,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
@@ -111,7 +97,7 @@ def gqa_attention_kernel(
         H, G, S, qscale, mask_fill,
         D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
-        UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, ASM_STORE: tl.constexpr):
+        UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -163,11 +149,8 @@ def gqa_attention_kernel(
         if MODE == 2:
             p = tl.exp2(t - m_use[:, None]) * inv_l[:, None]
             p_out = p.to(P.dtype.element_ty)
-            if ASM_STORE and P.dtype.element_ty == tl.float32:
-                _store_streaming_f32(p_row + offs_n[None, :], p_out, m_ok[:, None] & n_ok[None, :])
-            else:
-                tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :],
-                         eviction_policy="evict_first")
+            tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :],
+                     eviction_policy="evict_first")
             v = _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR)
             if UPCAST:
                 acc += tl.dot(p_out.to(tl.float32), v.to(tl.float32), input_precision=PREC)
@@ -208,11 +191,9 @@ def gqa_attention_kernel(
 
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
            mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
-           num_stages, v_kmajor=False, asm_store=False):
+           num_stages, v_kmajor=False):
     """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
-    v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D].
-    ``asm_store``: float32 probabilities stored by inline asm from the MMA registers (GPU only:
-    the interpreter cannot run inline asm)."""
+    v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D]."""
     (Qt, sq), (Kt, sk), (Vt, sv) = q, k, v
     block_d = max(16, triton.next_power_of_2(head_dim))
     if mask is not None:
@@ -232,5 +213,4 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         num_heads, groups, seq, float(scale) * LOG2E, log2_units(float(mask_fill)),
         D=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
         MASK_KIND=mask_kind, MODE=mode, PREC=prec, UPCAST=upcast, V_KMAJOR=bool(v_kmajor),
-        ASM_STORE=bool(asm_store),
         num_warps=num_warps, num_stages=num_stages)

@@ -99,11 +99,9 @@ def _attention_configs(dtype, d, mode):
         # (store + P@V per tile), the stats pass wide ones
         # (deeper pipelines: 3 stages took the probabilities pass from 623 to 467 us at 4096x1)
         if mode == 2:
-            plain = [(128, 32, 8, 3), (128, 32, 8, 4), (128, 32, 8, 2), (256, 32, 8, 3),
-                     (128, 64, 8, 3), (128, 16, 8, 4), (64, 32, 4, 3), (64, 64, 4, 2),
-                     (64, 64, 4, 3), (32, 64, 4, 2)]
-            # the same tiles with the probabilities stored by inline asm (flash.ASM_STORE)
-            return plain + [c + ("asm_store",) for c in plain[:6]]
+            return [(128, 32, 8, 3), (128, 32, 8, 4), (128, 32, 8, 2), (256, 32, 8, 3),
+                    (128, 64, 8, 3), (128, 16, 8, 4), (64, 32, 4, 3), (64, 64, 4, 2),
+                    (64, 64, 4, 3), (32, 64, 4, 2)]
         if mode == 1:
             return [(128, 128, 8, 2), (128, 64, 8, 3), (64, 128, 4, 2), (64, 64, 4, 2),
                     (128, 128, 8, 3), (64, 128, 4, 3), (32, 128, 4, 2)]
@@ -212,10 +210,10 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     def run(mode, cfg, probs=None, ml=None):
         if cfg == "sdpa":
             return _sdpa(q, k, v, spec, b, s, scale)
-        bm, bn, nw, ns = cfg[:4]
+        bm, bn, nw, ns = cfg
         flash.launch(qs, ks, vs, o, probs, mask, ml, b, s, h, spec.groups, d, scale,
                      spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns,
-                     v_kmajor=v_kmajor, asm_store="asm_store" in cfg)
+                     v_kmajor=v_kmajor)
         return o
 
     if not spec.return_probs:

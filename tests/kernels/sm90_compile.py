@@ -44,18 +44,15 @@ def attention_jobs():
     jobs = []
 
     def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0):
-        bm, bn, nw, ns = cfg[:4]
-        asm_store = "asm_store" in cfg
+        bm, bn, nw, ns = cfg
         t = TY[str(dt).split(".")[-1]]
         mask_t = {0: t, 1: "u8", 2: "u8", 3: t}[mask]
         types = dict(Q="*" + t, K="*" + t, V="*" + t, O="*" + t, P="*" + t, MASK="*" + mask_t,
                      ML="*fp32", qscale="fp32", mask_fill="fp32")
         consts = dict(D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_M=bm, BLOCK_N=bn,
                       CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
-                      ASM_STORE=asm_store,
                       V_KMAJOR=kmajor, **({"sv_s": 1} if kmajor else {"sv_d": 1}))
-        jobs.append(_job(f"attention {tag} mode{mode} {cfg[:4]} {prec} causal={causal} "
-                         f"mask={mask}" + (" asm_store" if asm_store else ""),
+        jobs.append(_job(f"attention {tag} mode{mode} {cfg} {prec} causal={causal} mask={mask}",
                          "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
                          nw, ns))
 
@@ -70,12 +67,9 @@ def attention_jobs():
     for mode in (0, 2):                                   # the remaining switches, one config
         for mask in (1, 2, 3):
             for causal in (False, True):
-                cfg = _attention_configs(torch.float32, 64, mode)[0]
-                add("fp32 d64", torch.float32, 64, mode, cfg, kmajor=True, causal=causal,
-                    mask=mask)
-                if mode == 2:
-                    add("fp32 d64", torch.float32, 64, mode, cfg + ("asm_store",), kmajor=True,
-                        causal=causal, mask=mask)
+                add("fp32 d64", torch.float32, 64, mode, _attention_configs(torch.float32, 64,
+                                                                            mode)[0],
+                    kmajor=True, causal=causal, mask=mask)
         add("fp16 d128", torch.float16, 128, mode, (64, 64, 4, 3), kmajor=False, mask=3)
         add("fp32 d24", torch.float32, 24, mode, (64, 64, 4, 2), kmajor=True)
         add("bf16 d256", torch.bfloat16, 256, mode, (64, 32, 4, 2), kmajor=False)
