@@ -5,7 +5,7 @@
 Compiles the workload function as the perf job does (same dynamic marking), warms up, then
 profiles ``--calls`` calls and prints every CUDA kernel with its launches per call and mean time,
 and the call's GPU time from CUDA-graph replay, then the config choices measured for the case
-(best three each). ``--options '{"rope_from_positions": true}'``
+(best three each). ``--options '{"rope_from_positions": false}'``
 compiles the backend with those Options, for A/B runs.
 """
 
