@@ -16,6 +16,10 @@
 * V may come K-major (V_KMAJOR: [B, Hkv, D, S]-strided, the layout a V^T GEMM writes): Hopper's
   TF32 MMA takes only K-major operands, so the float32 P @ V product then runs as one warpgroup
   MMA instead of a slower fallback (-20% time for the probabilities pass at S=4096 on the H200).
+* PIPELINE: the key loop computes the next tile's q @ k^T before the current tile's softmax (and
+  stores), a loop-carried product that Triton turns into asynchronous warpgroup MMAs overlapping
+  the exps and stores; without it every MMA is followed by a wait (sm_90 SASS, docs/kernels.md).
+  Costs one unused product per program (the tile after the last).
 * Output goes directly to [B, S, H*D] (strided), ready for o_proj.
 * Ragged S: every tile is masked on the sequence bounds.
 """
@@ -41,14 +45,20 @@ def log2_units(x: float) -> float:
 
 
 @triton.jit
-def _scores(q, k_ptrs, kmask, offs_m, offs_n, S, qscale, mask_ptr, mrow_off, sm_k, mask_fill,
-            CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, PREC: tl.constexpr,
-            UPCAST: tl.constexpr, PRESCALED: tl.constexpr):
-    """One tile of scores in log2 units (scale * log2(e) applied), masks in the eager order."""
-    k = tl.load(k_ptrs, mask=kmask, other=0.0)
+def _qk(q, k_base, sk_s, offs_n, S, d_ok, PREC: tl.constexpr, UPCAST: tl.constexpr):
+    """Raw q @ k^T for the key tile at offs_n (rows past S read as zeros)."""
+    k = tl.load(k_base + offs_n[:, None].to(tl.int64) * sk_s,
+                mask=(offs_n < S)[:, None] & d_ok[None, :], other=0.0)
     if UPCAST:
         k = k.to(tl.float32)
-    s = tl.dot(q, tl.trans(k), input_precision=PREC)
+    return tl.dot(q, tl.trans(k), input_precision=PREC)
+
+
+@triton.jit
+def _scores(s, offs_m, offs_n, S, qscale, mask_ptr, mrow_off, sm_k, mask_fill,
+            CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, PRESCALED: tl.constexpr):
+    """Scores of one tile from q @ k^T, in log2 units (scale * log2(e) applied), masks in the
+    eager order."""
     if not PRESCALED:
         s = s * qscale
     valid_n = offs_n < S
@@ -97,7 +107,7 @@ def gqa_attention_kernel(
         H, G, S, qscale, mask_fill,
         D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
-        UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr):
+        UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -140,12 +150,20 @@ def gqa_attention_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     if MODE == 2:
         p_row = P + b64 * sp_b + h.to(tl.int64) * sp_h + offs_m[:, None].to(tl.int64) * sp_s
+    if PIPELINE:
+        s_next = _qk(q, k_base, sk_s, offs_nb, S, d_ok, PREC, UPCAST)
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + offs_nb
         n_ok = offs_n < S
-        t = _scores(q, k_base + offs_n[:, None].to(tl.int64) * sk_s, n_ok[:, None] & d_ok[None, :],
-                    offs_m, offs_n, S, qscale, MASK, mrow_off, sm_k, mask_fill,
-                    CAUSAL, MASK_KIND, PREC, UPCAST, PRESCALED)
+        if PIPELINE:
+            # the next tile's product is issued before this tile's softmax and stores, and the
+            # compiler then lets the two overlap (asynchronous warpgroup MMA)
+            s = s_next
+            s_next = _qk(q, k_base, sk_s, offs_n + BLOCK_N, S, d_ok, PREC, UPCAST)
+        else:
+            s = _qk(q, k_base, sk_s, offs_n, S, d_ok, PREC, UPCAST)
+        t = _scores(s, offs_m, offs_n, S, qscale, MASK, mrow_off, sm_k, mask_fill,
+                    CAUSAL, MASK_KIND, PRESCALED)
         if MODE == 2:
             p = tl.exp2(t - m_use[:, None]) * inv_l[:, None]
             p_out = p.to(P.dtype.element_ty)
@@ -191,7 +209,7 @@ def gqa_attention_kernel(
 
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
            mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
-           num_stages, v_kmajor=False):
+           num_stages, v_kmajor=False, pipeline=False):
     """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
     v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D]."""
     (Qt, sq), (Kt, sk), (Vt, sv) = q, k, v
@@ -213,4 +231,5 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         num_heads, groups, seq, float(scale) * LOG2E, log2_units(float(mask_fill)),
         D=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
         MASK_KIND=mask_kind, MODE=mode, PREC=prec, UPCAST=upcast, V_KMAJOR=bool(v_kmajor),
+        PIPELINE=bool(pipeline),
         num_warps=num_warps, num_stages=num_stages)

@@ -90,6 +90,21 @@ def _mask_view(t, spec, b, h, s):
     return torch.broadcast_to(m, (b, h, s, s))
 
 
+def _pipelined_scores() -> bool:
+    """Opt-in (INDUCTOR_GQA_PIPELINE=1): also measure every attention config with flash.py's
+    PIPELINE switch, and under the interpreter take it first. Its sm_90 code overlaps the MMAs
+    with the softmax and stores, but it has not been timed or checked on a GPU yet, so it is not
+    a default candidate (docs/kernels.md)."""
+    return os.environ.get("INDUCTOR_GQA_PIPELINE", "0") == "1"
+
+
+def _attention_candidates(dtype, d, mode):
+    cfgs = _attention_configs(dtype, d, mode)
+    if _pipelined_scores():
+        return [c + ("pipeline",) for c in cfgs] + cfgs
+    return cfgs
+
+
 def _attention_configs(dtype, d, mode):
     """(BLOCK_M, BLOCK_N, warps, stages) candidates of one pass (flash.py's MODE)."""
     if tuning.interpreting():
@@ -210,14 +225,14 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     def run(mode, cfg, probs=None, ml=None):
         if cfg == "sdpa":
             return _sdpa(q, k, v, spec, b, s, scale)
-        bm, bn, nw, ns = cfg
+        bm, bn, nw, ns = cfg[:4]
         flash.launch(qs, ks, vs, o, probs, mask, ml, b, s, h, spec.groups, d, scale,
                      spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns,
-                     v_kmajor=v_kmajor)
+                     v_kmajor=v_kmajor, pipeline="pipeline" in cfg)
         return o
 
     if not spec.return_probs:
-        cands = list(_attention_configs(dt, d, 0))
+        cands = list(_attention_candidates(dt, d, 0))
         if _sdpa_ok(spec, dt):
             cands.append("sdpa")
         cfg = tuning.pick(base_key + (0,), cands, lambda c: run(0, c))
@@ -225,9 +240,10 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     probs = torch.empty((b, h, s, s), device=q.device, dtype=v.dtype)
     ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
 
-    c1 = tuning.pick(base_key + (1,), _attention_configs(dt, d, 1), lambda c: run(1, c, None, ml))
+    c1 = tuning.pick(base_key + (1,), _attention_candidates(dt, d, 1),
+                     lambda c: run(1, c, None, ml))
     run(1, c1, None, ml)        # pass 2 is measured on real statistics
-    c2 = tuning.pick(base_key + (2,), _attention_configs(dt, d, 2),
+    c2 = tuning.pick(base_key + (2,), _attention_candidates(dt, d, 2),
                      lambda c: run(2, c, probs, ml))
     run(2, c2, probs, ml)
     return o, probs

@@ -44,32 +44,38 @@ def attention_jobs():
     jobs = []
 
     def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0):
-        bm, bn, nw, ns = cfg
+        bm, bn, nw, ns = cfg[:4]
+        pipeline = "pipeline" in cfg
         t = TY[str(dt).split(".")[-1]]
         mask_t = {0: t, 1: "u8", 2: "u8", 3: t}[mask]
         types = dict(Q="*" + t, K="*" + t, V="*" + t, O="*" + t, P="*" + t, MASK="*" + mask_t,
                      ML="*fp32", qscale="fp32", mask_fill="fp32")
         consts = dict(D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_M=bm, BLOCK_N=bn,
                       CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
+                      PIPELINE=pipeline,
                       V_KMAJOR=kmajor, **({"sv_s": 1} if kmajor else {"sv_d": 1}))
-        jobs.append(_job(f"attention {tag} mode{mode} {cfg} {prec} causal={causal} mask={mask}",
+        jobs.append(_job(f"attention {tag} mode{mode} {cfg[:4]} {prec} causal={causal} "
+                         f"mask={mask}" + (" pipeline" if pipeline else ""),
                          "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
                          nw, ns))
 
+    def with_pipeline(cfgs):      # every config also with the opt-in PIPELINE switch
+        return list(cfgs) + [c + ("pipeline",) for c in cfgs]
+
     for prec in ("tf32", "tf32x3"):                       # W075: float32, D 64, K-major V
         for mode in (0, 1, 2):
-            for cfg in _attention_configs(torch.float32, 64, mode):
+            for cfg in with_pipeline(_attention_configs(torch.float32, 64, mode)):
                 add("fp32 d64", torch.float32, 64, mode, cfg, kmajor=True, prec=prec)
     for d in (128, 64):                                   # W092 and a bf16 D=64 model
         for mode in (0, 1, 2):
-            for cfg in _attention_configs(torch.bfloat16, d, mode):
+            for cfg in with_pipeline(_attention_configs(torch.bfloat16, d, mode)):
                 add(f"bf16 d{d}", torch.bfloat16, d, mode, cfg, kmajor=False, causal=d == 128)
     for mode in (0, 2):                                   # the remaining switches, one config
         for mask in (1, 2, 3):
             for causal in (False, True):
-                add("fp32 d64", torch.float32, 64, mode, _attention_configs(torch.float32, 64,
-                                                                            mode)[0],
-                    kmajor=True, causal=causal, mask=mask)
+                for cfg in with_pipeline(_attention_configs(torch.float32, 64, mode)[:1]):
+                    add("fp32 d64", torch.float32, 64, mode, cfg, kmajor=True, causal=causal,
+                        mask=mask)
         add("fp16 d128", torch.float16, 128, mode, (64, 64, 4, 3), kmajor=False, mask=3)
         add("fp32 d24", torch.float32, 24, mode, (64, 64, 4, 2), kmajor=True)
         add("bf16 d256", torch.bfloat16, 256, mode, (64, 32, 4, 2), kmajor=False)

@@ -104,6 +104,20 @@ def test_w075_like(s, causal):
     _compare(spec, 2, s, 64, F32)
 
 
+@pytest.mark.parametrize("dtype,causal,mask,probs,s", [
+    (F32, False, "none", True, 70), (F32, True, "none", True, 70), (F32, True, "bool_fill", True, 37),
+    (F32, False, "additive", False, 37), (BF16, True, "none", False, 70),
+    (BF16, False, "bool_keep", True, 33)])
+def test_pipelined_scores(monkeypatch, dtype, causal, mask, probs, s):
+    # flash.PIPELINE (next tile's q @ k^T issued before this tile's softmax), opt-in candidate
+    monkeypatch.setenv("INDUCTOR_GQA_PIPELINE", "1")
+    assert block._attention_candidates(dtype, 16, 2)[0][-1] == "pipeline"
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, core="explicit", scale=0.25,
+                     scale_op="mul", causal=causal, mask=mask, mask_fill=-1e4,
+                     return_probs=probs)
+    _compare(spec, 2, s, 64, dtype, mask_shape=(mask, None))
+
+
 # W092-like: bf16, bias, QK RMSNorm, RoPE from cos/sin, causal, scale 1/sqrt(d), GQA 4:1
 @pytest.mark.parametrize("s", [17, 33])
 def test_w092_like(s):
