@@ -10,12 +10,15 @@ RoPE styles), and reports failures and configs whose shared memory exceeds an H2
 
     python tests/kernels/sm90_compile.py [--jobs 2]      (with TRITON_INTERPRET unset)
     python tests/kernels/sm90_compile.py --inspect "fp32 d64 mode2 (128, 32, 8, 2) tf32"
+    python tests/kernels/sm90_compile.py --same-as 1b66375 [--inspect TEXT]
 
 Unit strides are passed as the constant 1, as the launcher specializes them at run time.
 ``--inspect`` compiles the jobs whose name contains the text as the launcher would for sizes and
 strides divisible by 16 (e.g. S=4096) and prints counts of the SASS instructions that say how a
 kernel works: tensor-core MMAs and their shapes, global stores and their widths, shared-memory
-traffic, warpgroup waits, local memory.
+traffic, warpgroup waits, local memory. ``--same-as REV`` compiles each job also from the kernel
+source at a git revision and reports jobs whose instruction stream differs: a refactor that changes
+no instruction keeps the GPU measurements of REV.
 """
 
 from __future__ import annotations
@@ -160,21 +163,92 @@ def compile_one(job):
     return job[0], None, k.metadata.shared
 
 
-def inspect(job) -> str:
-    import collections
-    import re
+def _sass(job, divisible=True) -> str:
     import subprocess
     import tempfile
 
     import triton
 
-    k = _compile(job, divisible=True)
+    k = _compile(job, divisible=divisible)
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
                         "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.asm["cubin"])
         f.flush()
-        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+        return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+
+
+def _instructions(sass: str) -> list:
+    """The instruction stream without addresses and encodings."""
+    import re
+    return [re.sub(r"^\s*/\*[0-9a-f]+\*/\s*", "", line).split(";")[0]
+            for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+
+
+def _job_at(job, rev: str, tmpdir: str):
+    """The same job compiled from the kernel's source at git revision ``rev``, or (None, why)."""
+    import importlib.util
+    import subprocess
+
+    name, module, kernel, types, consts, options = job
+    path = module.replace(".", "/") + ".py"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    got = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, capture_output=True,
+                         text=True)
+    if got.returncode != 0:
+        return None, f"{path} not at {rev}"
+    alias = f"{module.replace('.', '_')}_at_{rev.replace('/', '_')}"
+    file = os.path.join(tmpdir, alias + ".py")
+    with open(file, "w") as f:
+        f.write(got.stdout)
+    spec = importlib.util.spec_from_file_location(alias, file)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[alias] = mod
+    spec.loader.exec_module(mod)
+    fn = getattr(mod, kernel, None)
+    if fn is None:
+        return None, f"{kernel} not at {rev}"
+    params = {p.name for p in fn.params}
+    old = {}
+    for key, value in consts.items():
+        if key in params:
+            old[key] = value
+        elif value:     # a switch the old kernel does not have, turned on: nothing to compare
+            return None, f"{key}={value} is new"
+    return (name, alias, kernel, types, old, options), None
+
+
+def same_as(rev: str, pattern: str = "") -> int:
+    """Compare each job's sm_90 instruction stream with the same job compiled from the kernel
+    source at git revision ``rev``: a refactor that changes no instruction needs no new GPU
+    run."""
+    import tempfile
+
+    same = differ = skipped = 0
+    with tempfile.TemporaryDirectory() as tmpdir:
+        for job in attention_jobs() + linear_jobs() + epilogue_jobs():
+            if pattern not in job[0]:
+                continue
+            old, why = _job_at(job, rev, tmpdir)
+            if old is None:
+                skipped += 1
+                print(f"skipped  {job[0]}: {why}")
+                continue
+            if _instructions(_sass(old)) == _instructions(_sass(job)):
+                same += 1
+            else:
+                differ += 1
+                print(f"DIFFERS  {job[0]}")
+    print(f"same as {rev}: {same} identical, {differ} differ, {skipped} skipped")
+    return 1 if differ else 0
+
+
+def inspect(job) -> str:
+    import collections
+    import re
+
+    k = _compile(job, divisible=True)
+    sass = _sass(job)
     ops = collections.Counter(re.findall(r"\b((?:HGMMA|HMMA|STG|STS|LDS|LDGSTS|LDG|STL|LDL|"
                                          r"WARPGROUP|MUFU)[.\w]*)", sass))
     lines = [f"{job[0]}: shared {k.metadata.shared} B"]
@@ -186,11 +260,16 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--inspect", default="", help="print SASS statistics of matching jobs")
+    p.add_argument("--same-as", default="", metavar="REV",
+                   help="compare each job's SASS with the kernel source at a git revision "
+                        "(with --inspect TEXT: only jobs whose name contains it)")
     a = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         print("unset TRITON_INTERPRET: the interpreter does not compile")
         return 2
     t0 = time.time()
+    if a.same_as:
+        return same_as(a.same_as, a.inspect)
     jobs = attention_jobs() + linear_jobs() + epilogue_jobs()
     if a.inspect:
         for job in jobs:
