@@ -19,6 +19,7 @@ import sys
 import torch
 
 from inductor_gqa import workloads as wl
+from inductor_gqa.kernels import tuning
 
 from . import bench
 
@@ -90,7 +91,6 @@ def main(argv=None) -> int:
               f"{sum(r['per_call'] for r in rows):.0f} kernels, {total:.1f} us summed kernel time")
         for r in rows:
             print(f"  {r['per_call']:4.1f}x {r['us']:8.1f} us  {r['kernel']}")
-        from inductor_gqa.kernels import tuning
         for key, timed in tuning.TIMINGS.items():
             if key not in seen:     # choices measured for this case: the best three
                 seen.add(key)

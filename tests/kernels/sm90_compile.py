@@ -163,13 +163,13 @@ def compile_one(job):
     return job[0], None, k.metadata.shared
 
 
-def _sass(job, divisible=True) -> str:
+def _sass(k) -> str:
+    """The SASS listing of a compiled kernel (``_compile``'s result)."""
     import subprocess
     import tempfile
 
     import triton
 
-    k = _compile(job, divisible=divisible)
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
                         "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -234,7 +234,8 @@ def same_as(rev: str, pattern: str = "") -> int:
                 skipped += 1
                 print(f"skipped  {job[0]}: {why}")
                 continue
-            if _instructions(_sass(old)) == _instructions(_sass(job)):
+            if (_instructions(_sass(_compile(old, divisible=True)))
+                    == _instructions(_sass(_compile(job, divisible=True)))):
                 same += 1
             else:
                 differ += 1
@@ -248,7 +249,7 @@ def inspect(job) -> str:
     import re
 
     k = _compile(job, divisible=True)
-    sass = _sass(job)
+    sass = _sass(k)
     ops = collections.Counter(re.findall(r"\b((?:HGMMA|HMMA|STG|STS|LDS|LDGSTS|LDG|STL|LDL|"
                                          r"WARPGROUP|MUFU)[.\w]*)", sass))
     lines = [f"{job[0]}: shared {k.metadata.shared} B"]
