@@ -20,6 +20,9 @@
   stores), a loop-carried product that Triton turns into asynchronous warpgroup MMAs overlapping
   the exps and stores; without it every MMA is followed by a wait (sm_90 SASS, docs/kernels.md).
   Costs one unused product per program (the tile after the last).
+* GUARD (float32 blocks run with fp16 q/k/V copies, qk_epilogue's F16): 1 = run only if FLAG is
+  zero (the fp16 copies are exact roundings), 2 = run only if it is not (a value overflowed fp16:
+  the float32 operands are used instead). Both launches are made; one exits at once.
 * Output goes directly to [B, S, H*D] (strided), ready for o_proj.
 * Ragged S: every tile is masked on the sequence bounds.
 """
@@ -101,13 +104,20 @@ def _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR: tl.constexpr):
 
 @triton.jit
 def gqa_attention_kernel(
-        Q, K, V, O, P, MASK, ML,
+        Q, K, V, O, P, MASK, ML, FLAG,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
         sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
         H, G, S, qscale, mask_fill,
         D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
-        UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr):
+        UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
+        GUARD: tl.constexpr):
+    if GUARD == 1:
+        if tl.load(FLAG) != 0:
+            return
+    if GUARD == 2:
+        if tl.load(FLAG) == 0:
+            return
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -209,9 +219,10 @@ def gqa_attention_kernel(
 
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
            mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
-           num_stages, v_kmajor=False, pipeline=False):
+           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0):
     """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
-    v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D]."""
+    v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D];
+    ``flag``/``guard``: see GUARD."""
     (Qt, sq), (Kt, sk), (Vt, sv) = q, k, v
     block_d = max(16, triton.next_power_of_2(head_dim))
     if mask is not None:
@@ -225,11 +236,11 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
     ml_t = ml if ml is not None else out
     grid = (triton.cdiv(seq, block_m), batch * num_heads)
     gqa_attention_kernel[grid](
-        Qt, Kt, Vt, out, p_t, mask_t, ml_t,
+        Qt, Kt, Vt, out, p_t, mask_t, ml_t, flag if guard else out,
         *sq, *sk, *sv, out.stride(0), out.stride(1), head_dim,
         *sp, *sm,
         num_heads, groups, seq, float(scale) * LOG2E, log2_units(float(mask_fill)),
         D=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
         MASK_KIND=mask_kind, MODE=mode, PREC=prec, UPCAST=upcast, V_KMAJOR=bool(v_kmajor),
-        PIPELINE=bool(pipeline),
+        PIPELINE=bool(pipeline), GUARD=int(guard),
         num_warps=num_warps, num_stages=num_stages)

@@ -3,7 +3,12 @@
 The Q/K/V GEMMs (with their bias) run in cuBLAS (``F.linear``); their outputs are [B*S, heads*D]
 row-major, i.e. already the [B, S, heads, D] layout the attention kernel reads through strides. This
 kernel rewrites the q and k rows in place (one row = one token x head), so no transposed copy is
-made and V is never touched. One launch covers q and k (grid axis 1 picks the tensor).
+made. One launch covers q and k (grid axis 1 picks the tensor).
+
+With ``f16`` (float32 blocks whose dots may use TF32): the kernel also writes fp16 copies of q, k
+and V for the attention kernel. fp16 keeps TF32's 10-bit significand, rounds to nearest and runs
+at twice the tensor-core rate; only its range is smaller, so a value that would overflow it sets
+``flag`` and the attention kernels then take the float32 path instead (flash.py's GUARD).
 
 Numerics follow the eager reference: norm in fp32, its result rounded to the activation dtype, the
 weight applied per ``norm`` style, RoPE cos/sin loaded from [B, S, R] tables (the model's own, or
@@ -13,6 +18,7 @@ measured slower on the H200).
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -27,10 +33,20 @@ def _round(x, DT: tl.constexpr):
 
 
 @triton.jit
+def _store16(x16_ptr, offs, x, m2, flag_ptr):
+    """fp16 copy of fp32 values; a finite value that overflows fp16 raises the flag."""
+    x16 = x.to(tl.float16)
+    bad = (tl.abs(x16.to(tl.float32)) == float("inf")) & (tl.abs(x) < float("inf")) & m2
+    tl.store(x16_ptr + offs, x16, mask=m2)
+    if tl.max(bad.to(tl.int32)) != 0:
+        tl.atomic_max(flag_ptr, 1)
+
+
+@triton.jit
 def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
-          cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
+          cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr, flag_ptr,
           D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
-          NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr):
+          NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, F16: tl.constexpr):
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_D)
     rmask = rows < n_rows
@@ -80,30 +96,41 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
         s_ = tl.load(sin_ptr + cso, mask=rm, other=0.0).to(tl.float32)
         y = x * c + (sign[None, :] * xp) * s_
         x = tl.where(in_rot[None, :], y, x)
-    tl.store(base + cols[None, :], x.to(DT), mask=m2)
+    if NORM != 0 or ROPE != 0:
+        tl.store(base + cols[None, :], x.to(DT), mask=m2)
+    if F16:
+        _store16(x16_ptr, rows[:, None].to(tl.int64) * D + cols[None, :], x, m2, flag_ptr)
 
 
 @triton.jit
 def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, eps_k,
-                        cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
+                        cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr, v16_ptr,
+                        flag_ptr,
                         D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
-                        NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr):
+                        NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
+                        F16: tl.constexpr):
     pid = tl.program_id(0)
     which = tl.program_id(1)
     if which == 0:
         if pid * ROWS < q_rows:
             _rows(q_ptr, qw_ptr, q_rows, HQ, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                  D, BLOCK_D, ROWS, NORM, ROPE, R)
-    else:
+                  q16_ptr, flag_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R, F16)
+    elif which == 1:
         if pid * ROWS < k_rows:
             _rows(k_ptr, kw_ptr, k_rows, HK, S, pid, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                  D, BLOCK_D, ROWS, NORM, ROPE, R)
+                  k16_ptr, flag_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R, F16)
+    else:   # V (F16 only): the fp16 copy, no norm or RoPE
+        if pid * ROWS < k_rows:
+            _rows(v_ptr, kw_ptr, k_rows, HK, S, pid, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
+                  v16_ptr, flag_ptr, D, BLOCK_D, ROWS, 0, 0, 0, F16)
 
 
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_heads,
-                  num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None):
+                  num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None, f16=None):
     """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin: [B, S, R]-broadcast
-    views (None without RoPE)."""
+    views (None without RoPE). ``f16``: (v, q16, k16, v16, flag) to also write fp16 copies of the
+    float32 q, k (after norm and RoPE) and v [B*S, Hkv*D]; ``flag`` (int32, zeroed by the caller)
+    becomes nonzero if a finite value overflowed fp16."""
     d = head_dim
     q_rows = batch * seq * num_heads
     k_rows = batch * seq * num_kv_heads
@@ -115,11 +142,17 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     else:
         cos = sin = dummy
         cs = (0, 0, 0)
-    grid = (triton.cdiv(q_rows, rows), 2)
+    if f16 is not None:
+        v, q16, k16, v16, flag = f16
+        if q.dtype != k.dtype or q.dtype != v.dtype or q.dtype != torch.float32:
+            raise ValueError("qk_norm_rope_: fp16 copies are made of float32 q, k, v only")
+    else:
+        v = q16 = k16 = v16 = flag = dummy
+    grid = (triton.cdiv(q_rows, rows), 3 if f16 is not None else 2)
     qk_norm_rope_kernel[grid](
         q, k,
         q_norm_weight if norm != "none" else dummy, k_norm_weight if norm != "none" else dummy,
         q_rows, k_rows, num_heads, num_kv_heads, seq, float(eps),
-        float(eps if eps_k is None else eps_k), cos, sin, *cs,
+        float(eps if eps_k is None else eps_k), cos, sin, *cs, q16, k16, v, v16, flag,
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
-        R=rotary_dim if rope != "none" else 0, num_warps=4)
+        R=rotary_dim if rope != "none" else 0, F16=f16 is not None, num_warps=4)

@@ -90,25 +90,28 @@ def _mask_view(t, spec, b, h, s):
     return torch.broadcast_to(m, (b, h, s, s))
 
 
-def _pipelined_scores() -> bool:
-    """Opt-in (INDUCTOR_GQA_PIPELINE=1): also measure every attention config with flash.py's
-    PIPELINE switch, and under the interpreter take it first. Its sm_90 code overlaps the MMAs
-    with the softmax and stores, but it has not been timed or checked on a GPU yet, so it is not
-    a default candidate (docs/kernels.md)."""
-    return os.environ.get("INDUCTOR_GQA_PIPELINE", "0") == "1"
-
-
-def _attention_candidates(dtype, d, mode):
-    cfgs = _attention_configs(dtype, d, mode)
-    if _pipelined_scores():
-        return [c + ("pipeline",) for c in cfgs] + cfgs
+def _attention_candidates(dtype, d, mode, f16=False):
+    cfgs = _attention_configs(dtype, d, mode, f16)
+    if mode == 2 and not tuning.interpreting():
+        # flash.py's PIPELINE: measured on the H200, it wins the probabilities pass at ragged S
+        # (449x16: 199 -> 176 us) and with fp16 operands at large S; never the stats pass
+        return cfgs + [c + ("pipeline",) for c in cfgs]
     return cfgs
 
 
-def _attention_configs(dtype, d, mode):
-    """(BLOCK_M, BLOCK_N, warps, stages) candidates of one pass (flash.py's MODE)."""
+def _attention_configs(dtype, d, mode, f16=False):
+    """(BLOCK_M, BLOCK_N, warps, stages) candidates of one pass (flash.py's MODE); ``f16``: fp16
+    q/k/V copies of a float32 block (fp32 probabilities and output)."""
     if tuning.interpreting():
         return [(32, 32, 4, 1)]
+    if f16:
+        # measured on the H200 at W075 sizes (perf/experiments/fp16_scores_bench.py)
+        if mode == 2:
+            return [(64, 64, 4, 3), (128, 32, 8, 3), (64, 32, 4, 3), (128, 32, 8, 4),
+                    (128, 64, 8, 4), (128, 64, 8, 3), (32, 64, 4, 2)]
+        if mode == 1:
+            return [(64, 128, 4, 2), (128, 64, 8, 3), (64, 128, 4, 3), (128, 128, 8, 3),
+                    (128, 128, 8, 2), (64, 64, 4, 2)]
     if dtype == torch.float32:
         # measured on the H200 with K-major V: the probabilities pass likes narrow N tiles
         # (store + P@V per tile), the stats pass wide ones
@@ -126,6 +129,19 @@ def _attention_configs(dtype, d, mode):
         return [(128, 64, 4, 3), (128, 128, 8, 3), (64, 64, 4, 3)]
     return [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (64, 64, 4, 2),
             (64, 32, 4, 3)]
+
+
+# configs of the float32 fallback behind fp16 copies: it runs only when a value overflowed fp16,
+# so it is not tuned for speed, only checked to run (small tiles fit any head_dim)
+_FALLBACK_CONFIGS = [(64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)]
+
+
+def f16_operands_allowed(dt, prec) -> bool:
+    """float32 blocks whose dots may use TF32 may run them on fp16 copies instead: the same
+    10-bit significand, rounded to nearest, at twice the tensor-core rate (the copies fall back
+    to float32 on overflow). INDUCTOR_GQA_FP16_OPERANDS=0 turns the candidate off."""
+    return (dt == torch.float32 and prec == "tf32"
+            and os.environ.get("INDUCTOR_GQA_FP16_OPERANDS", "1") != "0")
 
 
 def run_block(t: dict, spec: BlockSpec):
@@ -178,19 +194,41 @@ def _run(t, spec):
     eps_k_value = _host_float(t, "runtime_k_eps", eps_value)
     scale_value = _host_float(t, "runtime_scale", spec.scale)
 
+    prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
+    args = (cos, sin, mask, eps_value, eps_k_value, scale_value, prec)
+    if not f16_operands_allowed(dt, prec):
+        return _run_plan(t, spec, "native", *args)
+    # fp16 copies or TF32 on float32: the whole block measured both ways, once per bucket
+    key = ("plan", dt, h, hk, d, spec.causal, spec.mask, spec.return_probs, spec.norm,
+           spec.rope, prec, tuning.bucket(s), tuning.bucket(b * h), s % 16 == 0)
+    plan = tuning.pick(key, ["f16", "native"], lambda p: _run_plan(t, spec, p, *args))
+    return _run_plan(t, spec, plan, *args)
+
+
+def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value, prec):
+    x = t["x"]
+    b, s, _ = x.shape
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    dt = x.dtype
+    f16 = plan == "f16"
     # 1. projections (cuBLAS, bias fused; one 3xTF32 Triton launch for fp32 "highest" where it
     #    measures faster), q and k [B*S, heads*D] contiguous; float32 V as V^T [Hkv*D, B*S], the
-    #    K-major operand Hopper's TF32 MMA needs for P @ V
-    prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
-    v_kmajor = dt == torch.float32
+    #    K-major operand Hopper's TF32 MMA needs for P @ V (row-major when fp16 copies are made)
+    v_kmajor = dt == torch.float32 and not f16
     q, k, v = qkv(x, (t["wq"], t["bq"]), (t["wk"], t["bk"]), (t["wv"], t["bv"]), prec,
                   v_transposed=v_kmajor)
-    # 2. norm + rope in place
-    if spec.norm != "none" or spec.rope != "none":
+    # 2. norm + rope in place (+ the fp16 copies of q, k, v)
+    copies = None
+    if f16:
+        copies = (torch.empty_like(q, dtype=torch.float16), torch.empty_like(k, dtype=torch.float16),
+                  torch.empty_like(v, dtype=torch.float16),
+                  torch.zeros((1,), device=x.device, dtype=torch.int32))
+    if spec.norm != "none" or spec.rope != "none" or f16:
         qk_norm_rope_(q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d,
-                      spec.norm, eps_value, spec.rope, spec.rotary_dim, eps_k=eps_k_value)
+                      spec.norm, eps_value, spec.rope, spec.rotary_dim, eps_k=eps_k_value,
+                      f16=(v, *copies) if f16 else None)
     # 3. attention -> o [B, S, H*D]
-    o, probs = attention(q, k, v, mask, spec, b, s, scale_value, v_kmajor)
+    o, probs = attention(q, k, v, mask, spec, b, s, scale_value, v_kmajor, f16=copies)
     # 4. o_proj
     out = linear(o, t["wo"], t["bo"], prec) if t["wo"] is not None else o
     return out.contiguous(), (probs if spec.return_probs else x.new_empty((0,)))
@@ -201,51 +239,78 @@ def _sdpa_ok(spec: BlockSpec, dt):
             and not tuning.interpreting())
 
 
-def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor=False):
+def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor=False,
+              f16=None):
     """q [B*S, H*D], k [B*S, Hkv*D] contiguous; v the same, or V^T [Hkv*D, B*S] contiguous when
-    ``v_kmajor`` -> (o [B,S,H*D], probs or None)."""
+    ``v_kmajor`` -> (o [B,S,H*D], probs or None). ``f16``: (q16, k16, v16, flag), fp16 copies of
+    float32 q, k, v (row-major) to compute with; q, k, v are then the fallback for when ``flag``
+    says a value overflowed fp16."""
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     dt = q.dtype
-    qs = (q, (s * h * d, d, h * d))
-    ks = (k, (s * hk * d, d, hk * d))
-    if v_kmajor:
-        vs = (v, (s, d * b * s, 1, b * s))
-    else:
-        vs = (v, (s * hk * d, d, hk * d, 1))
+
+    def views(q, k, v, kmajor):
+        if kmajor:
+            vs = (v, (s, d * b * s, 1, b * s))
+        else:
+            vs = (v, (s * hk * d, d, hk * d, 1))
+        return (q, (s * h * d, d, h * d)), (k, (s * hk * d, d, hk * d)), vs, kmajor
+
     scale = spec.effective_scale(scale_value)
     prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
-    upcast = tuning.interpreting() and dt != torch.float32
     mk = flash.MASK_CODES[spec.mask]
     o = torch.empty((b, s, h * d), device=q.device, dtype=dt)
     # S % 16 == 0 is part of the key: Triton specializes on it (vector stores of the
     # probabilities' rows), and a choice measured at a ragged S was 9% slow at S=512 (H200)
     bucket = (tuning.bucket(s), tuning.bucket(b * h), s % 16 == 0)
     base_key = (dt, h, hk, d, spec.causal, mk, prec, bucket)
+    if f16 is not None:
+        q16, k16, v16, flag = f16
+        main, guard = views(q16, k16, v16, False), 1
+        fallback = views(q, k, v, False)
+        base_key += ("f16",)
+    else:
+        main, guard, flag, fallback = views(q, k, v, v_kmajor), 0, None, None
 
-    def run(mode, cfg, probs=None, ml=None):
+    def run(mode, cfg, probs=None, ml=None, ops=main, guard=guard):
         if cfg == "sdpa":
             return _sdpa(q, k, v, spec, b, s, scale)
+        qs, ks, vs, kmajor = ops
+        upcast = tuning.interpreting() and qs[0].dtype != torch.float32
         bm, bn, nw, ns = cfg[:4]
         flash.launch(qs, ks, vs, o, probs, mask, ml, b, s, h, spec.groups, d, scale,
                      spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns,
-                     v_kmajor=v_kmajor, pipeline="pipeline" in cfg)
+                     v_kmajor=kmajor, pipeline="pipeline" in cfg, flag=flag, guard=guard)
         return o
 
+    def run_fallback(mode, probs=None, ml=None):
+        # float32 operands, launched behind the fp16 path; its programs exit unless the flag is
+        # set. Its config is only checked to run (launched unguarded), not tuned.
+        if fallback is None:
+            return
+        cfg = tuning.pick(base_key + ("fallback", mode), _FALLBACK_CONFIGS,
+                          lambda c: run(mode, c, probs, ml, fallback, 0))
+        run(mode, cfg, probs, ml, fallback, 2)
+
+    f16_cfgs = f16 is not None
     if not spec.return_probs:
-        cands = list(_attention_candidates(dt, d, 0))
+        cands = list(_attention_candidates(dt, d, 0, f16_cfgs))
         if _sdpa_ok(spec, dt):
             cands.append("sdpa")
         cfg = tuning.pick(base_key + (0,), cands, lambda c: run(0, c))
-        return run(0, cfg), None
-    probs = torch.empty((b, h, s, s), device=q.device, dtype=v.dtype)
+        run(0, cfg)
+        run_fallback(0)
+        return o, None
+    probs = torch.empty((b, h, s, s), device=q.device, dtype=dt)
     ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
 
-    c1 = tuning.pick(base_key + (1,), _attention_candidates(dt, d, 1),
+    c1 = tuning.pick(base_key + (1,), _attention_candidates(dt, d, 1, f16_cfgs),
                      lambda c: run(1, c, None, ml))
     run(1, c1, None, ml)        # pass 2 is measured on real statistics
-    c2 = tuning.pick(base_key + (2,), _attention_candidates(dt, d, 2),
+    c2 = tuning.pick(base_key + (2,), _attention_candidates(dt, d, 2, f16_cfgs),
                      lambda c: run(2, c, probs, ml))
     run(2, c2, probs, ml)
+    run_fallback(1, None, ml)
+    run_fallback(2, probs, ml)
     return o, probs
 
 

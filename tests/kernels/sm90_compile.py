@@ -42,23 +42,26 @@ def _job(name, module, kernel, types, consts, warps, stages=3):
 def attention_jobs():
     import torch
 
-    from inductor_gqa.lower.block import _attention_configs
+    from inductor_gqa.lower.block import _FALLBACK_CONFIGS, _attention_configs
 
     jobs = []
 
-    def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0):
+    def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0, out=None,
+            guard=0):
         bm, bn, nw, ns = cfg[:4]
         pipeline = "pipeline" in cfg
         t = TY[str(dt).split(".")[-1]]
-        mask_t = {0: t, 1: "u8", 2: "u8", 3: t}[mask]
-        types = dict(Q="*" + t, K="*" + t, V="*" + t, O="*" + t, P="*" + t, MASK="*" + mask_t,
-                     ML="*fp32", qscale="fp32", mask_fill="fp32")
+        o = TY[str(out).split(".")[-1]] if out is not None else t
+        mask_t = {0: o, 1: "u8", 2: "u8", 3: o}[mask]
+        types = dict(Q="*" + t, K="*" + t, V="*" + t, O="*" + o, P="*" + o, MASK="*" + mask_t,
+                     ML="*fp32", FLAG="*i32", qscale="fp32", mask_fill="fp32")
         consts = dict(D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_M=bm, BLOCK_N=bn,
                       CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
-                      PIPELINE=pipeline,
+                      PIPELINE=pipeline, GUARD=guard,
                       V_KMAJOR=kmajor, **({"sv_s": 1} if kmajor else {"sv_d": 1}))
         jobs.append(_job(f"attention {tag} mode{mode} {cfg[:4]} {prec} causal={causal} "
-                         f"mask={mask}" + (" pipeline" if pipeline else ""),
+                         f"mask={mask}" + (" pipeline" if pipeline else "")
+                         + (f" guard={guard}" if guard else ""),
                          "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
                          nw, ns))
 
@@ -73,6 +76,14 @@ def attention_jobs():
         for mode in (0, 1, 2):
             for cfg in with_pipeline(_attention_configs(torch.bfloat16, d, mode)):
                 add(f"bf16 d{d}", torch.bfloat16, d, mode, cfg, kmajor=False, causal=d == 128)
+    for mode in (0, 1, 2):          # W075 "high": fp16 copies of float32 q/k/V, and the fallback
+        cfgs = _attention_configs(torch.float32, 64, mode, f16=True)
+        for cfg in with_pipeline(cfgs) if mode == 2 else cfgs:
+            add("fp16->fp32 d64", torch.float16, 64, mode, cfg, kmajor=False,
+                out=torch.float32, guard=1)
+        for d in (64, 256):
+            for cfg in _FALLBACK_CONFIGS:
+                add(f"fp32 fallback d{d}", torch.float32, d, mode, cfg, kmajor=False, guard=2)
     for mode in (0, 2):                                   # the remaining switches, one config
         for mask in (1, 2, 3):
             for causal in (False, True):
@@ -109,15 +120,16 @@ def epilogue_jobs():
 
     jobs = []
 
-    def add(dt, d, heads, kv, norm, rope, r):
+    def add(dt, d, heads, kv, norm, rope, r, f16=False):
         block_d = 1 << (d - 1).bit_length()
         rows = max(1, min(64, 4096 // block_d))
         types = {n: "*" + dt for n in ("q_ptr", "k_ptr", "qw_ptr", "kw_ptr", "cos_ptr",
-                                       "sin_ptr")}
-        types.update(eps="fp32", eps_k="fp32")
+                                       "sin_ptr", "v_ptr")}
+        types.update(eps="fp32", eps_k="fp32", q16_ptr="*fp16", k16_ptr="*fp16",
+                     v16_ptr="*fp16", flag_ptr="*i32")
         consts = dict(D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm],
-                      ROPE=ROPE_CODES[rope], R=r, cs_d=1)
-        jobs.append(_job(f"qk_norm_rope {dt} d{d} {heads}/{kv} {norm} {rope} r{r}",
+                      ROPE=ROPE_CODES[rope], R=r, cs_d=1, F16=f16)
+        jobs.append(_job(f"qk_norm_rope {dt} d{d} {heads}/{kv} {norm} {rope} r{r} f16={f16}",
                          "inductor_gqa.kernels.qk_epilogue", "qk_norm_rope_kernel", types,
                          consts, 4))
 
@@ -130,6 +142,8 @@ def epilogue_jobs():
                          "inductor_gqa.kernels.rope_table", "rope_table_kernel", types, consts, 4))
 
     add("fp32", 64, 16, 4, "none", "half", 64)          # W075
+    add("fp32", 64, 16, 4, "none", "half", 64, True)    # W075 "high": + fp16 copies
+    add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, True)
     add("bf16", 128, 96, 8, "fp32_weight", "half", 128)  # W092
     add("bf16", 128, 96, 8, "cast_weight", "interleaved", 64)
     add("fp16", 24, 6, 3, "fp32_one_plus_weight", "half", 16)

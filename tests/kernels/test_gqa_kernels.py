@@ -109,13 +109,105 @@ def test_w075_like(s, causal):
     (F32, False, "additive", False, 37), (BF16, True, "none", False, 70),
     (BF16, False, "bool_keep", True, 33)])
 def test_pipelined_scores(monkeypatch, dtype, causal, mask, probs, s):
-    # flash.PIPELINE (next tile's q @ k^T issued before this tile's softmax), opt-in candidate
-    monkeypatch.setenv("INDUCTOR_GQA_PIPELINE", "1")
-    assert block._attention_candidates(dtype, 16, 2)[0][-1] == "pipeline"
+    # flash.PIPELINE (next tile's q @ k^T issued before this tile's softmax): a candidate of the
+    # probabilities pass on the GPU; here every pass is made to take it
+    monkeypatch.setattr(block, "_attention_candidates",
+                        lambda *a, **k: [(32, 32, 4, 1, "pipeline")])
     spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, core="explicit", scale=0.25,
                      scale_op="mul", causal=causal, mask=mask, mask_fill=-1e4,
                      return_probs=probs)
     _compare(spec, 2, s, 64, dtype, mask_shape=(mask, None))
+
+
+@pytest.fixture
+def tf32_allowed():
+    """float32 matmul precision "high": the block may run its dots on fp16 copies."""
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    yield
+    torch.set_float32_matmul_precision(old)
+
+
+def _w075_spec(causal=False, mask="none", probs=True):
+    return BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, rope="half", rotary_dim=16,
+                     core="explicit", scale=1.0, causal=causal, mask=mask, mask_fill=-1e4,
+                     return_probs=probs)
+
+
+def _close_high(got, ref, atol):
+    # the workload rule: fp16 copies round like TF32 (10-bit significand, to nearest)
+    ok, frac = check(got, ref, atol, 1e-5)
+    assert ok and torch.isfinite(got).all(), frac
+
+
+@pytest.mark.parametrize("causal,mask,probs,s", [(False, "none", True, 17), (True, "none", True, 33),
+                                                (False, "bool_keep", True, 9),
+                                                (True, "additive", False, 21)])
+def test_f16_copies_under_high(tf32_allowed, monkeypatch, causal, mask, probs, s):
+    """Under "high" float32 blocks may compute on fp16 copies (the first plan under the
+    interpreter): same results as the float32 plan within TF32-like error."""
+    spec = _w075_spec(causal, mask, probs)
+    assert block.f16_operands_allowed(torch.float32, block.fp32_dot_precision())
+    t = _inputs(spec, 2, s, 64, F32, mask_shape=(mask, None))
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    out, p = block.run_block(dict(t), spec)
+    _close_high(out, ref, 2e-3)
+    if probs:
+        _close_high(p, ref_p, 2e-3)
+    monkeypatch.setenv("INDUCTOR_GQA_FP16_OPERANDS", "0")      # the float32 plan, for scale
+    out32, _ = block.run_block(dict(t), spec)
+    _close_high(out32, ref, 2e-3)
+
+
+@pytest.mark.parametrize("which", ["q", "v"])
+def test_f16_copies_overflow_falls_back(tf32_allowed, which):
+    """A value beyond fp16's range must not reach the fp16 kernels: the flag routes the block to
+    the float32 kernels (without the fallback q or v would be inf and the outputs NaN)."""
+    spec = _w075_spec()
+    t = _inputs(spec, 1, 19, 64, F32)
+    t["wq" if which == "q" else "wv"] = t["wq" if which == "q" else "wv"] * 3e5
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    out, p = block.run_block(dict(t), spec)
+    assert torch.isfinite(out).all() and torch.isfinite(p).all()
+    torch.testing.assert_close(p, ref_p, atol=2e-3, rtol=1e-3)
+    torch.testing.assert_close(out, ref, atol=2e-3 * ref.abs().max().item(), rtol=1e-3)
+
+
+def test_f16_overflow_flag():
+    from inductor_gqa.kernels.qk_epilogue import qk_norm_rope_
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(6, 32, generator=g), torch.randn(6, 16, generator=g), torch.randn(6, 16, generator=g)
+    for which in (None, "q", "k", "v"):
+        qq, kk, vv = q.clone(), k.clone(), v.clone()
+        if which is not None:
+            dict(q=qq, k=kk, v=vv)[which][3, 5] = 7e4        # beyond fp16's 65504
+        copies = (torch.empty_like(qq, dtype=torch.float16),
+                  torch.empty_like(kk, dtype=torch.float16),
+                  torch.empty_like(vv, dtype=torch.float16), torch.zeros(1, dtype=torch.int32))
+        qk_norm_rope_(qq, kk, None, None, None, None, 1, 6, 2, 1, 16, "none", 1e-6, "none", 0,
+                      f16=(vv, *copies))
+        assert copies[3].item() == (which is not None), which
+        for c, x in zip(copies[:3], (qq, kk, vv)):     # round to nearest, elsewhere exact
+            fine = x.abs() < 6e4
+            assert torch.equal(c.float()[fine], x.half().float()[fine])
+
+
+@pytest.mark.parametrize("guard,flag,runs", [(1, 0, True), (1, 1, False), (2, 0, False),
+                                             (2, 1, True)])
+def test_attention_guard(guard, flag, runs):
+    """GUARD 1 runs only while the overflow flag is clear, GUARD 2 only when it is set."""
+    from inductor_gqa.kernels import flash
+    b, s, h, hk, d = 1, 8, 2, 1, 16
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(b * s, n * d, generator=g) for n in (h, hk, hk))
+    o = torch.full((b, s, h * d), float("nan"))
+    flash.launch((q, (s * h * d, d, h * d)), (k, (s * hk * d, d, hk * d)),
+                 (v, (s * hk * d, d, hk * d, 1)), o, None, None, None, b, s, h, h // hk, d, 1.0,
+                 0.0, False, 0, 0, "ieee", False, 32, 32, 4, 1,
+                 flag=torch.tensor([flag], dtype=torch.int32), guard=guard)
+    assert bool(torch.isfinite(o).all()) == runs
 
 
 # W092-like: bf16, bias, QK RMSNorm, RoPE from cos/sin, causal, scale 1/sqrt(d), GQA 4:1
