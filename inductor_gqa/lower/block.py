@@ -297,9 +297,9 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         if _sdpa_ok(spec, dt):
             cands.append("sdpa")
         cfg = tuning.pick(base_key + (0,), cands, lambda c: run(0, c))
-        run(0, cfg)
+        out = run(0, cfg)       # the SDPA candidate returns its own tensor
         run_fallback(0)
-        return o, None
+        return out, None
     probs = torch.empty((b, h, s, s), device=q.device, dtype=dt)
     ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
 

@@ -119,6 +119,15 @@ def test_pipelined_scores(monkeypatch, dtype, causal, mask, probs, s):
     _compare(spec, 2, s, 64, dtype, mask_shape=(mask, None))
 
 
+def test_sdpa_choice_output_is_returned(monkeypatch):
+    """When the library SDPA wins a bucket its own output tensor is the block's attention output."""
+    monkeypatch.setattr(block, "_attention_candidates", lambda *a, **k: [])
+    monkeypatch.setattr(block, "_sdpa_ok", lambda *a: True)
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, core="sdpa", scale=0.25,
+                     causal=True)
+    _compare(spec, 2, 19, 64, BF16)
+
+
 @pytest.fixture
 def tf32_allowed():
     """float32 matmul precision "high": the block may run its dots on fp16 copies."""
