@@ -6,6 +6,11 @@
 Each case runs the op's GPU path once (W075 also causal), every config choice taking candidate
 ``--config`` of its list (no config timing runs under the tool), and checks the outputs against
 the workload's tolerance rule so a bad launch cannot pass silently.
+
+``--overflow`` (W075 under "high"): the block gets Wq * 2^-18 and Wk * 2^18, so every k exceeds
+fp16's range while q @ k^T is exactly the workload's (power-of-two scales, and RoPE is linear):
+the fp16-copies plan must raise its flag and run the float32 fallback kernels, and the result is
+checked against the unscaled reference.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ def main(argv=None) -> int:
     p.add_argument("--cases", default="W075-high:131x1,W075-highest:373x1,W092:131x1")
     p.add_argument("--config", type=int, default=0,
                    help="index of the candidate config every choice takes (no timing)")
+    p.add_argument("--overflow", action="store_true",
+                   help="W075: scale Wq/Wk by 2^-18/2^18 so k overflows fp16 (fallback path)")
     a = p.parse_args(argv)
     tuning.pick = lambda key, cands, run: cands[min(a.config, len(cands) - 1)]
     bad = 0
@@ -42,6 +49,8 @@ def main(argv=None) -> int:
                        else (workload.fn(**inp),))
             torch.set_float32_matmul_precision(precision)
             t, blk = w075_block(inp, causal) if wname == "W075" else w092_block(inp)
+            if a.overflow and wname == "W075":
+                t.update(wq=t["wq"] * 2.0 ** -18, wk=t["wk"] * 2.0 ** 18)
             got = block.run_block(t, blk)
             torch.cuda.synchronize()
             outs = got[:len(ref)]
