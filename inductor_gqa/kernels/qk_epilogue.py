@@ -10,6 +10,12 @@ and V for the attention kernel. fp16 keeps TF32's 10-bit significand, rounds to 
 at twice the tensor-core rate; only its range is smaller, so a value that would overflow it sets
 ``flag`` and the attention kernels then take the float32 path instead (flash.py's GUARD).
 
+With ``scales`` (projections computed on fp16 copies with per-row power-of-two scales,
+``fp16_rows``): the GEMM outputs are scaled, and the kernel multiplies each element by its token's
+and its feature's reciprocal scale first. ``store32=False`` writes only the fp16 copies and leaves
+the GEMM outputs untouched; a second launch with ``guard=2`` then finishes them in place only if
+the flag was raised, for the float32 fallback.
+
 Numerics follow the eager reference: norm in fp32, its result rounded to the activation dtype, the
 weight applied per ``norm`` style, RoPE cos/sin loaded from [B, S, R] tables (the model's own, or
 built from ``inv_freq`` and ``position_ids`` by ``rope_table``: computing them here, per head row,
@@ -44,9 +50,10 @@ def _store16(x16_ptr, offs, x, m2, flag_ptr):
 
 @triton.jit
 def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
-          cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr, flag_ptr,
+          cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr,
           D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
-          NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, F16: tl.constexpr):
+          NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, F16: tl.constexpr,
+          SCALED: tl.constexpr, STORE32: tl.constexpr):
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_D)
     rmask = rows < n_rows
@@ -55,6 +62,11 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
     DT = x_ptr.dtype.element_ty
     base = x_ptr + rows[:, None].to(tl.int64) * D
     x = tl.load(base + cols[None, :], mask=m2, other=0.0).to(tl.float32)
+    if SCALED:      # undo the fp16 GEMM operands' power-of-two row scales (exact)
+        tok_inv = tl.load(tok_inv_ptr + rows // heads, mask=rmask, other=1.0)
+        feat0 = (rows % heads) * D
+        x = x * tok_inv[:, None] * tl.load(feat_inv_ptr + feat0[:, None] + cols[None, :],
+                                           mask=m2, other=1.0)
     if ROPE != 0:
         HALF: tl.constexpr = R // 2
         if ROPE == 1:
@@ -66,6 +78,9 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
         in_rot = cols < R
         pcol = tl.where(in_rot, pcol, cols)
         xp = tl.load(base + pcol[None, :], mask=m2 & in_rot[None, :], other=0.0).to(tl.float32)
+        if SCALED:
+            xp = xp * tok_inv[:, None] * tl.load(feat_inv_ptr + feat0[:, None] + pcol[None, :],
+                                                 mask=m2 & in_rot[None, :], other=1.0)
     if NORM != 0:
         ms = tl.sum(x * x, axis=1) / D
         rs = 1.0 / tl.sqrt(ms + eps)
@@ -96,7 +111,7 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
         s_ = tl.load(sin_ptr + cso, mask=rm, other=0.0).to(tl.float32)
         y = x * c + (sign[None, :] * xp) * s_
         x = tl.where(in_rot[None, :], y, x)
-    if NORM != 0 or ROPE != 0:
+    if STORE32:
         tl.store(base + cols[None, :], x.to(DT), mask=m2)
     if F16:
         _store16(x16_ptr, rows[:, None].to(tl.int64) * D + cols[None, :], x, m2, flag_ptr)
@@ -105,32 +120,44 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
 @triton.jit
 def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, eps_k,
                         cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr, v16_ptr,
-                        flag_ptr,
+                        flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr,
                         D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
                         NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
-                        F16: tl.constexpr):
+                        F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
+                        STORE_V32: tl.constexpr, GUARD: tl.constexpr):
+    if GUARD == 2:      # the float32 fallback's epilogue: only once the flag is raised
+        if tl.load(flag_ptr) == 0:
+            return
     pid = tl.program_id(0)
     which = tl.program_id(1)
     if which == 0:
         if pid * ROWS < q_rows:
             _rows(q_ptr, qw_ptr, q_rows, HQ, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                  q16_ptr, flag_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R, F16)
+                  q16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R,
+                  F16, SCALED, STORE32)
     elif which == 1:
         if pid * ROWS < k_rows:
             _rows(k_ptr, kw_ptr, k_rows, HK, S, pid, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                  k16_ptr, flag_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R, F16)
-    else:   # V (F16 only): the fp16 copy, no norm or RoPE
+                  k16_ptr, flag_ptr, tok_inv_ptr, kf_inv_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R,
+                  F16, SCALED, STORE32)
+    else:   # V: its fp16 copy and/or its scales undone; no norm or RoPE
         if pid * ROWS < k_rows:
             _rows(v_ptr, kw_ptr, k_rows, HK, S, pid, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                  v16_ptr, flag_ptr, D, BLOCK_D, ROWS, 0, 0, 0, F16)
+                  v16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, D, BLOCK_D, ROWS, 0, 0, 0,
+                  F16, SCALED, STORE_V32)
 
 
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_heads,
-                  num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None, f16=None):
+                  num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None, f16=None,
+                  scales=None, store32=None, guard=0, v=None, flag=None):
     """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin: [B, S, R]-broadcast
     views (None without RoPE). ``f16``: (v, q16, k16, v16, flag) to also write fp16 copies of the
     float32 q, k (after norm and RoPE) and v [B*S, Hkv*D]; ``flag`` (int32, zeroed by the caller)
-    becomes nonzero if a finite value overflowed fp16."""
+    becomes nonzero if a finite value overflowed fp16. ``scales``: (token_inv [B*S], q_inv
+    [H*D], k_inv [Hkv*D], v_inv [Hkv*D]) reciprocal row scales of fp16 GEMM operands to undo
+    first (``fp16_rows``); ``store32`` (default: whenever there is a norm or RoPE) writes the
+    float32 results in place, also for ``v`` when scaled; ``guard=2`` with ``flag``: the launch
+    does nothing unless the flag is set (the fallback's epilogue)."""
     d = head_dim
     q_rows = batch * seq * num_heads
     k_rows = batch * seq * num_kv_heads
@@ -147,12 +174,22 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         if q.dtype != k.dtype or q.dtype != v.dtype or q.dtype != torch.float32:
             raise ValueError("qk_norm_rope_: fp16 copies are made of float32 q, k, v only")
     else:
-        v = q16 = k16 = v16 = flag = dummy
-    grid = (triton.cdiv(q_rows, rows), 3 if f16 is not None else 2)
+        q16 = k16 = v16 = dummy
+    if store32 is None:
+        store32 = norm != "none" or rope != "none"
+    store_v32 = bool(store32 and scales is not None)
+    if (f16 is not None or store_v32) and v is None:
+        raise ValueError("qk_norm_rope_: v is needed")
+    if guard and flag is None:
+        raise ValueError("qk_norm_rope_: a guarded launch needs the flag")
+    sc = scales if scales is not None else (dummy,) * 4
+    grid = (triton.cdiv(q_rows, rows), 3 if f16 is not None or store_v32 else 2)
     qk_norm_rope_kernel[grid](
         q, k,
         q_norm_weight if norm != "none" else dummy, k_norm_weight if norm != "none" else dummy,
         q_rows, k_rows, num_heads, num_kv_heads, seq, float(eps),
-        float(eps if eps_k is None else eps_k), cos, sin, *cs, q16, k16, v, v16, flag,
+        float(eps if eps_k is None else eps_k), cos, sin, *cs, q16, k16,
+        v if v is not None else dummy, v16, flag if flag is not None else dummy, *sc,
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
-        R=rotary_dim if rope != "none" else 0, F16=f16 is not None, num_warps=4)
+        R=rotary_dim if rope != "none" else 0, F16=f16 is not None, SCALED=scales is not None,
+        STORE32=bool(store32), STORE_V32=store_v32, GUARD=int(guard), num_warps=4)

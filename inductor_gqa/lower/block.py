@@ -27,7 +27,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from ..kernels import flash, tuning
+from ..kernels import flash, fp16_rows, tuning
 from ..kernels.qk_epilogue import qk_norm_rope_
 from ..kernels.rope_table import rope_tables
 from .linear import linear, qkv
@@ -136,6 +136,43 @@ def _attention_configs(dtype, d, mode, f16=False):
 _FALLBACK_CONFIGS = [(64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)]
 
 
+def f16_projections_offered(t, x) -> bool:
+    """Opt-in (INDUCTOR_GQA_FP16_PROJECTIONS=1), not yet measured on a GPU: the fp16-copies plan
+    with the Q/K/V GEMMs on fp16 copies too (``fp16_rows``: exact per-row power-of-two scales,
+    cuBLAS fp16 with float32 output, measured 74 vs 133 us at M=7184 for the GEMMs alone) and the
+    norm/RoPE launch writing only the copies (a guarded launch finishes the float32 tensors for
+    the fallback). Needs no projection biases (the scales are undone before the bias would be
+    added) and rows of at most 16384."""
+    if os.environ.get("INDUCTOR_GQA_FP16_PROJECTIONS", "0") != "1":
+        return False
+    if any(t[n] is not None for n in ("bq", "bk", "bv")) or x.shape[-1] > fp16_rows.MAX_COLS:
+        return False
+    return not x.is_cuda or _mm_fp32_out_ok(x.device)
+
+
+_MM_OK: dict = {}
+
+
+def _mm_fp32_out_ok(device) -> bool:
+    """Whether this torch multiplies fp16 into a float32 result (``torch.mm(out_dtype=)``)."""
+    if device not in _MM_OK:
+        if tuning._capturing():
+            return False
+        a = torch.ones((16, 16), device=device, dtype=torch.float16)
+        try:
+            _MM_OK[device] = torch.mm(a, a, out_dtype=torch.float32).dtype == torch.float32
+        except (TypeError, RuntimeError, NotImplementedError):
+            _MM_OK[device] = False
+    return _MM_OK[device]
+
+
+def _mm16(a, b):
+    """fp16 operands, float32 result with float32 accumulation (exact products)."""
+    if a.is_cuda:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return a.float() @ b.float()        # the interpreter tests: same products, on the CPU
+
+
 def f16_operands_allowed(dt, prec) -> bool:
     """float32 blocks whose dots may use TF32 may run them on fp16 copies instead: the same
     10-bit significand, rounded to nearest, at twice the tensor-core rate (the copies fall back
@@ -201,7 +238,10 @@ def _run(t, spec):
     # fp16 copies or TF32 on float32: the whole block measured both ways, once per bucket
     key = ("plan", dt, h, hk, d, spec.causal, spec.mask, spec.return_probs, spec.norm,
            spec.rope, prec, tuning.bucket(s), tuning.bucket(b * h), s % 16 == 0)
-    plan = tuning.pick(key, ["f16", "native"], lambda p: _run_plan(t, spec, p, *args))
+    plans = ["f16", "native"]
+    if f16_projections_offered(t, x):
+        plans.insert(0, "f16proj")
+    plan = tuning.pick(key + (tuple(plans),), plans, lambda p: _run_plan(t, spec, p, *args))
     return _run_plan(t, spec, plan, *args)
 
 
@@ -210,7 +250,9 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
     b, s, _ = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     dt = x.dtype
-    f16 = plan == "f16"
+    f16 = plan in ("f16", "f16proj")
+    if plan == "f16proj":
+        return _run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec)
     # 1. projections (cuBLAS, bias fused; one 3xTF32 Triton launch for fp32 "highest" where it
     #    measures faster), q and k [B*S, heads*D] contiguous; float32 V as V^T [Hkv*D, B*S], the
     #    K-major operand Hopper's TF32 MMA needs for P @ V (row-major when fp16 copies are made)
@@ -230,6 +272,32 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
     # 3. attention -> o [B, S, H*D]
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, v_kmajor, f16=copies)
     # 4. o_proj
+    out = linear(o, t["wo"], t["bo"], prec) if t["wo"] is not None else o
+    return out.contiguous(), (probs if spec.return_probs else x.new_empty((0,)))
+
+
+def _run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec):
+    """The fp16-copies plan with the Q/K/V projections on fp16 copies as well (see
+    ``f16_projections_offered``)."""
+    x = t["x"]
+    b, s, e = x.shape
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    x2d = x.reshape(-1, e).contiguous()
+    (x16, x_inv), (wq16, q_inv), (wk16, k_inv), (wv16, v_inv) = fp16_rows.scale_rows(
+        [x2d] + [t[n].contiguous() for n in ("wq", "wk", "wv")])
+    # scaled float32 products: the epilogue multiplies by x_inv (per token) and w_inv (per feature)
+    q, k, v = (_mm16(x16, w16.t()) for w16 in (wq16, wk16, wv16))
+    copies = (torch.empty_like(q, dtype=torch.float16), torch.empty_like(k, dtype=torch.float16),
+              torch.empty_like(v, dtype=torch.float16),
+              torch.zeros((1,), device=x.device, dtype=torch.int32))
+    common = (q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
+              eps_value, spec.rope, spec.rotary_dim)
+    scales = (x_inv, q_inv, k_inv, v_inv)
+    qk_norm_rope_(*common, eps_k=eps_k_value, f16=(v, *copies), scales=scales, store32=False)
+    # the float32 fallback's q, k, v: finished in place only if a copy overflowed
+    qk_norm_rope_(*common, eps_k=eps_k_value, scales=scales, store32=True, guard=2, v=v,
+                  flag=copies[3])
+    o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies)
     out = linear(o, t["wo"], t["bo"], prec) if t["wo"] is not None else o
     return out.contiguous(), (probs if spec.return_probs else x.new_empty((0,)))
 

@@ -120,16 +120,19 @@ def epilogue_jobs():
 
     jobs = []
 
-    def add(dt, d, heads, kv, norm, rope, r, f16=False):
+    def add(dt, d, heads, kv, norm, rope, r, f16=False, scaled=False, store32=True, guard=0):
         block_d = 1 << (d - 1).bit_length()
         rows = max(1, min(64, 4096 // block_d))
         types = {n: "*" + dt for n in ("q_ptr", "k_ptr", "qw_ptr", "kw_ptr", "cos_ptr",
                                        "sin_ptr", "v_ptr")}
         types.update(eps="fp32", eps_k="fp32", q16_ptr="*fp16", k16_ptr="*fp16",
-                     v16_ptr="*fp16", flag_ptr="*i32")
+                     v16_ptr="*fp16", flag_ptr="*i32", tok_inv_ptr="*fp32", qf_inv_ptr="*fp32",
+                     kf_inv_ptr="*fp32", vf_inv_ptr="*fp32")
         consts = dict(D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm],
-                      ROPE=ROPE_CODES[rope], R=r, cs_d=1, F16=f16)
-        jobs.append(_job(f"qk_norm_rope {dt} d{d} {heads}/{kv} {norm} {rope} r{r} f16={f16}",
+                      ROPE=ROPE_CODES[rope], R=r, cs_d=1, F16=f16, SCALED=scaled,
+                      STORE32=store32, STORE_V32=store32 and scaled, GUARD=guard)
+        jobs.append(_job(f"qk_norm_rope {dt} d{d} {heads}/{kv} {norm} {rope} r{r} f16={f16}"
+                         + (f" scaled store32={store32} guard={guard}" if scaled else ""),
                          "inductor_gqa.kernels.qk_epilogue", "qk_norm_rope_kernel", types,
                          consts, 4))
 
@@ -144,6 +147,19 @@ def epilogue_jobs():
     add("fp32", 64, 16, 4, "none", "half", 64)          # W075
     add("fp32", 64, 16, 4, "none", "half", 64, True)    # W075 "high": + fp16 copies
     add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, True)
+    # the opt-in fp16-projections plan: copies only, then the guarded float32 finish
+    add("fp32", 64, 16, 4, "none", "half", 64, True, scaled=True, store32=False)
+    add("fp32", 64, 16, 4, "none", "half", 64, False, scaled=True, store32=True, guard=2)
+    add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, True, scaled=True, store32=False)
+    add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, False, scaled=True, guard=2)
+    for k in (1024, 4096, 16384):
+        block_k = 1 << (k - 1).bit_length()
+        ptrs = {f"{n}{i}": t for i in range(4) for n, t in (("x", "*fp32"), ("y", "*fp16"),
+                                                             ("i", "*fp32"))}
+        jobs.append(_job(f"scale_rows K={k}", "inductor_gqa.kernels.fp16_rows",
+                         "scale_rows_kernel", ptrs,
+                         dict(ROWS=max(1, 4096 // block_k), BLOCK_K=block_k),
+                         8 if block_k >= 4096 else 4))
     add("bf16", 128, 96, 8, "fp32_weight", "half", 128)  # W092
     add("bf16", 128, 96, 8, "cast_weight", "interleaved", 64)
     add("fp16", 24, 6, 3, "fp32_one_plus_weight", "half", 16)

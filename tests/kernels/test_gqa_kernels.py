@@ -219,6 +219,77 @@ def test_attention_guard(guard, flag, runs):
     assert bool(torch.isfinite(o).all()) == runs
 
 
+def test_scale_rows_exact_power_of_two_scales():
+    from inductor_gqa.kernels.fp16_rows import scale_rows
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(7, 40, generator=g)
+    x[0] *= 1e30
+    x[1] *= 1e-30
+    x[2] = 0.0
+    x[3, 5] = 7e4                      # a lone value beyond fp16's range
+    w = torch.randn(3, 40, generator=g) * 0.02
+    (x16, xi), (w16, wi) = scale_rows([x, w])
+    assert torch.isfinite(x16.float()).all() and torch.isfinite(w16.float()).all()
+    for a, a16, inv in ((x, x16, xi), (w, w16, wi)):
+        m, ex = torch.frexp(inv)                    # reciprocal scales are powers of two
+        assert torch.all(m == 0.5)
+        amax = (a16.float().abs().amax(1))
+        nz = a.abs().amax(1) > 0
+        assert torch.all((amax[nz] >= 2 ** 13) & (amax[nz] <= 2 ** 14))
+        torch.testing.assert_close(a16.float() * inv[:, None], a, rtol=2 ** -11, atol=0)
+    assert xi[2] == 1.0 and torch.all(x16[2] == 0)
+
+
+@pytest.fixture
+def fp16_projections(monkeypatch, tf32_allowed):
+    monkeypatch.setenv("INDUCTOR_GQA_FP16_PROJECTIONS", "1")
+
+
+@pytest.mark.parametrize("causal,mask,probs,s", [(False, "none", True, 17), (True, "none", True, 33),
+                                                (False, "bool_keep", True, 9),
+                                                (True, "additive", False, 21)])
+def test_f16_projections_under_high(fp16_projections, causal, mask, probs, s):
+    """Opt-in plan: Q/K/V GEMMs on scaled fp16 copies too (first plan under the interpreter)."""
+    spec = _w075_spec(causal, mask, probs)
+    t = _inputs(spec, 2, s, 64, F32, mask_shape=(mask, None))
+    assert block.f16_projections_offered(t, t["x"])
+    t["x"][0, 1] = 0.0                              # a zero row: scale 1
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    out, p = block.run_block(dict(t), spec)
+    # the projections' operands are rounded too now (as TF32 GEMMs round them on the GPU): error
+    # ~2^-10 of the output's scale (outputs here reach ~3.5, the workloads' ~0.5)
+    _close_high(out, ref, 1e-3 * ref.abs().max().item())
+    if probs:
+        _close_high(p, ref_p, 2e-3)
+
+
+def test_f16_projections_not_with_biases(fp16_projections):
+    spec = _w075_spec()
+    t = _inputs(spec, 1, 5, 64, F32, bias=True)
+    assert not block.f16_projections_offered(t, t["x"])
+
+
+@pytest.mark.parametrize("norm", ["none", "fp32_weight"])
+def test_f16_projections_overflow_falls_back(fp16_projections, norm):
+    """Wq * 2^-18 and Wk * 2^18 leave the scores exact but put k beyond fp16: the guarded
+    epilogue must finish q, k, v in float32 (scales undone) for the fallback kernels."""
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, norm=norm, eps=1e-6,
+                     rope="half", rotary_dim=16, core="explicit", scale=1.0, return_probs=True)
+    t = _inputs(spec, 2, 13, 64, F32)
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    if norm == "none":
+        t.update(wq=t["wq"] * 2.0 ** -18, wk=t["wk"] * 2.0 ** 18)
+    else:               # RMSNorm undoes a scale of k: overflow through the norm weight instead
+        t.update(k_norm_weight=t["k_norm_weight"] * 2.0 ** 18, q_norm_weight=t["q_norm_weight"]
+                 * 2.0 ** -18)
+    out, p = block.run_block(dict(t), spec)
+    assert torch.isfinite(out).all() and torch.isfinite(p).all()
+    _close_high(p, ref_p, 2e-3)
+    _close_high(out, ref, 1e-3 * ref.abs().max().item())
+
+
 # W092-like: bf16, bias, QK RMSNorm, RoPE from cos/sin, causal, scale 1/sqrt(d), GQA 4:1
 @pytest.mark.parametrize("s", [17, 33])
 def test_w092_like(s):

@@ -1,0 +1,88 @@
+"""fp16 copies of float32 matrices with one exact power-of-two scale per row, in one launch.
+
+For the projection GEMMs of float32 blocks under "high" (TF32 allowed): fp16 keeps TF32's 10-bit
+significand and cuBLAS multiplies fp16 at twice the TF32 rate; its range is what differs. Scaling
+each row by 2^e so that its largest magnitude lands in [2^13, 2^14) keeps every row in range
+whatever its magnitude, and the scale is exact, so the GEMM result is undone exactly by the
+reciprocals ``inv`` of the two operands' row scales (the norm/RoPE launch applies them):
+
+    x @ w^T = diag(inv_x) (x16 @ w16^T) diag(inv_w)
+
+Up to four matrices with the same row length share the launch (grid axis 1 picks one). A row of
+zeros gets scale 1; a row holding inf or NaN keeps them (the result is inf/NaN, as in eager).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+TARGET_EXP = 13         # row maxima land in [2^13, 2^14): fp16's largest finite value is ~2^16
+MAX_COLS = 16384
+
+
+@triton.jit
+def _rows(x_ptr, y_ptr, inv_ptr, n_rows, K, pid, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_K)
+    m2 = (rows < n_rows)[:, None] & (cols < K)[None, :]
+    offs = rows[:, None].to(tl.int64) * K + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=m2, other=0.0)
+    amax = tl.max(tl.abs(x), 1)
+    # floor(log2(amax)) from the exponent field; shifts are clamped to +-126 so that both 2^shift
+    # and 2^-shift are normal floats (a row whose maximum is subnormal in float32 then stays
+    # short of the target, still exactly scaled); inf/NaN rows read exponent 128: scale 2^-115
+    e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    shift = tl.minimum(tl.maximum(13 - e, -126), 126)
+    shift = tl.where(amax == 0.0, 0, shift)
+    scale = ((shift + 127) << 23).to(tl.float32, bitcast=True)        # 2^shift, exact
+    inv = ((127 - shift) << 23).to(tl.float32, bitcast=True)          # 2^-shift
+    tl.store(y_ptr + offs, (x * scale[:, None]).to(tl.float16), mask=m2)
+    tl.store(inv_ptr + rows, inv, mask=rows < n_rows)
+
+
+@triton.jit
+def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3, n3, K,
+                      ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    which = tl.program_id(1)
+    if which == 0:
+        if pid * ROWS < n0:
+            _rows(x0, y0, i0, n0, K, pid, ROWS, BLOCK_K)
+    elif which == 1:
+        if pid * ROWS < n1:
+            _rows(x1, y1, i1, n1, K, pid, ROWS, BLOCK_K)
+    elif which == 2:
+        if pid * ROWS < n2:
+            _rows(x2, y2, i2, n2, K, pid, ROWS, BLOCK_K)
+    else:
+        if pid * ROWS < n3:
+            _rows(x3, y3, i3, n3, K, pid, ROWS, BLOCK_K)
+
+
+def scale_rows(mats):
+    """[x (M, K) float32 contiguous, ...] (one to four, same K) -> [(x16, inv), ...]: fp16 copies
+    and the float32 reciprocals of their row scales (x == inv[:, None] * x16, up to fp16
+    rounding)."""
+    if not 1 <= len(mats) <= 4:
+        raise ValueError("scale_rows: one to four matrices")
+    k = mats[0].shape[1]
+    for m in mats:
+        if m.dim() != 2 or m.shape[1] != k or m.dtype != torch.float32 or not m.is_contiguous():
+            raise ValueError("scale_rows: float32 contiguous [rows, K] matrices with the same K")
+    if k > MAX_COLS:
+        raise ValueError(f"scale_rows: rows longer than {MAX_COLS}")
+    outs = [(torch.empty_like(m, dtype=torch.float16),
+             torch.empty(m.shape[0], device=m.device, dtype=torch.float32)) for m in mats]
+    block_k = triton.next_power_of_2(k)
+    rows = max(1, 4096 // block_k)
+    args = []
+    for i in range(4):
+        j = min(i, len(mats) - 1)
+        n = mats[i].shape[0] if i < len(mats) else 0
+        args += [mats[j], outs[j][0], outs[j][1], n]
+    grid = (triton.cdiv(max(m.shape[0] for m in mats), rows), 4)
+    scale_rows_kernel[grid](*args, k, ROWS=rows, BLOCK_K=block_k,
+                            num_warps=8 if block_k >= 4096 else 4)
+    return outs
