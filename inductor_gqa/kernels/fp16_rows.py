@@ -61,10 +61,11 @@ def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3
             _rows(x3, y3, i3, n3, K, pid, ROWS, BLOCK_K)
 
 
-def scale_rows(mats):
+def scale_rows(mats, outs=None):
     """[x (M, K) float32 contiguous, ...] (one to four, same K) -> [(x16, inv), ...]: fp16 copies
     and the float32 reciprocals of their row scales (x == inv[:, None] * x16, up to fp16
-    rounding)."""
+    rounding). ``outs``: the same list, preallocated (contiguous; e.g. row blocks of one buffer,
+    so that several weights become one GEMM operand)."""
     if not 1 <= len(mats) <= 4:
         raise ValueError("scale_rows: one to four matrices")
     k = mats[0].shape[1]
@@ -73,8 +74,13 @@ def scale_rows(mats):
             raise ValueError("scale_rows: float32 contiguous [rows, K] matrices with the same K")
     if k > MAX_COLS:
         raise ValueError(f"scale_rows: rows longer than {MAX_COLS}")
-    outs = [(torch.empty_like(m, dtype=torch.float16),
-             torch.empty(m.shape[0], device=m.device, dtype=torch.float32)) for m in mats]
+    if outs is None:
+        outs = [(torch.empty_like(m, dtype=torch.float16),
+                 torch.empty(m.shape[0], device=m.device, dtype=torch.float32)) for m in mats]
+    for m, (y, inv) in zip(mats, outs):
+        if (y.shape != m.shape or y.dtype != torch.float16 or not y.is_contiguous()
+                or inv.shape != m.shape[:1] or inv.dtype != torch.float32):
+            raise ValueError("scale_rows: outs must match the matrices (fp16 copy, fp32 [rows])")
     block_k = triton.next_power_of_2(k)
     rows = max(1, 4096 // block_k)
     args = []

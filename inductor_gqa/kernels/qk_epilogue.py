@@ -50,17 +50,20 @@ def _store16(x16_ptr, offs, x, m2, flag_ptr):
 
 @triton.jit
 def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
-          cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr,
+          cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr, ld,
           D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
           NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, F16: tl.constexpr,
-          SCALED: tl.constexpr, STORE32: tl.constexpr):
+          SCALED: tl.constexpr, STORE32: tl.constexpr, STRIDED: tl.constexpr):
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_D)
     rmask = rows < n_rows
     cmask = cols < D
     m2 = rmask[:, None] & cmask[None, :]
     DT = x_ptr.dtype.element_ty
-    base = x_ptr + rows[:, None].to(tl.int64) * D
+    if STRIDED:     # token rows ``ld`` apart (column slices of one fused QKV product)
+        base = x_ptr + ((rows // heads).to(tl.int64) * ld + (rows % heads) * D)[:, None]
+    else:
+        base = x_ptr + rows[:, None].to(tl.int64) * D
     x = tl.load(base + cols[None, :], mask=m2, other=0.0).to(tl.float32)
     if SCALED:      # undo the fp16 GEMM operands' power-of-two row scales (exact)
         tok_inv = tl.load(tok_inv_ptr + rows // heads, mask=rmask, other=1.0)
@@ -120,11 +123,11 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
 @triton.jit
 def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, eps_k,
                         cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr, v16_ptr,
-                        flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr,
+                        flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr, ld,
                         D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
                         NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
                         F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
-                        STORE_V32: tl.constexpr, GUARD: tl.constexpr):
+                        STORE_V32: tl.constexpr, GUARD: tl.constexpr, STRIDED: tl.constexpr):
     if GUARD == 2:      # the float32 fallback's epilogue: only once the flag is raised
         if tl.load(flag_ptr) == 0:
             return
@@ -133,18 +136,18 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
     if which == 0:
         if pid * ROWS < q_rows:
             _rows(q_ptr, qw_ptr, q_rows, HQ, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                  q16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R,
-                  F16, SCALED, STORE32)
+                  q16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, ld, D, BLOCK_D, ROWS, NORM, ROPE,
+                  R, F16, SCALED, STORE32, STRIDED)
     elif which == 1:
         if pid * ROWS < k_rows:
             _rows(k_ptr, kw_ptr, k_rows, HK, S, pid, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                  k16_ptr, flag_ptr, tok_inv_ptr, kf_inv_ptr, D, BLOCK_D, ROWS, NORM, ROPE, R,
-                  F16, SCALED, STORE32)
+                  k16_ptr, flag_ptr, tok_inv_ptr, kf_inv_ptr, ld, D, BLOCK_D, ROWS, NORM, ROPE,
+                  R, F16, SCALED, STORE32, STRIDED)
     else:   # V: its fp16 copy and/or its scales undone; no norm or RoPE
         if pid * ROWS < k_rows:
             _rows(v_ptr, kw_ptr, k_rows, HK, S, pid, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                  v16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, D, BLOCK_D, ROWS, 0, 0, 0,
-                  F16, SCALED, STORE_V32)
+                  v16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, ld, D, BLOCK_D, ROWS, 0, 0, 0,
+                  F16, SCALED, STORE_V32, STRIDED)
 
 
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_heads,
@@ -157,7 +160,9 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     [H*D], k_inv [Hkv*D], v_inv [Hkv*D]) reciprocal row scales of fp16 GEMM operands to undo
     first (``fp16_rows``); ``store32`` (default: whenever there is a norm or RoPE) writes the
     float32 results in place, also for ``v`` when scaled; ``guard=2`` with ``flag``: the launch
-    does nothing unless the flag is set (the fallback's epilogue)."""
+    does nothing unless the flag is set (the fallback's epilogue). q, k (and v) are contiguous,
+    or all three column slices of one [B*S, ld] matrix (a fused QKV product): rows ``ld``
+    apart."""
     d = head_dim
     q_rows = batch * seq * num_heads
     k_rows = batch * seq * num_kv_heads
@@ -183,13 +188,21 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     if guard and flag is None:
         raise ValueError("qk_norm_rope_: a guarded launch needs the flag")
     sc = scales if scales is not None else (dummy,) * 4
+    ld = q.stride(0)
+    strided = not (q.is_contiguous() and k.is_contiguous() and (v is None or v.is_contiguous()))
+    if strided:
+        for t in (q, k) + ((v,) if v is not None else ()):
+            if t.dim() != 2 or t.stride() != (ld, 1):
+                raise ValueError("qk_norm_rope_: q, k, v must be contiguous or share one row "
+                                 "stride with unit column stride")
     grid = (triton.cdiv(q_rows, rows), 3 if f16 is not None or store_v32 else 2)
     qk_norm_rope_kernel[grid](
         q, k,
         q_norm_weight if norm != "none" else dummy, k_norm_weight if norm != "none" else dummy,
         q_rows, k_rows, num_heads, num_kv_heads, seq, float(eps),
         float(eps if eps_k is None else eps_k), cos, sin, *cs, q16, k16,
-        v if v is not None else dummy, v16, flag if flag is not None else dummy, *sc,
+        v if v is not None else dummy, v16, flag if flag is not None else dummy, *sc, ld,
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
         R=rotary_dim if rope != "none" else 0, F16=f16 is not None, SCALED=scales is not None,
-        STORE32=bool(store32), STORE_V32=store_v32, GUARD=int(guard), num_warps=4)
+        STORE32=bool(store32), STORE_V32=store_v32, GUARD=int(guard), STRIDED=strided,
+        num_warps=4)

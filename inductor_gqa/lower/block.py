@@ -283,13 +283,23 @@ def _run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, p
     b, s, e = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     x2d = x.reshape(-1, e).contiguous()
-    (x16, x_inv), (wq16, q_inv), (wk16, k_inv), (wv16, v_inv) = fp16_rows.scale_rows(
-        [x2d] + [t[n].contiguous() for n in ("wq", "wk", "wv")])
-    # scaled float32 products: the epilogue multiplies by x_inv (per token) and w_inv (per feature)
-    q, k, v = (_mm16(x16, w16.t()) for w16 in (wq16, wk16, wv16))
-    copies = (torch.empty_like(q, dtype=torch.float16), torch.empty_like(k, dtype=torch.float16),
-              torch.empty_like(v, dtype=torch.float16),
-              torch.zeros((1,), device=x.device, dtype=torch.int32))
+    ws = [t[n].contiguous() for n in ("wq", "wk", "wv")]
+    nq, nk, nv = (w.shape[0] for w in ws)
+    # the three weights' copies are row blocks of one operand: one GEMM for q, k and v
+    w16 = torch.empty((nq + nk + nv, e), device=x.device, dtype=torch.float16)
+    w_inv = torch.empty((nq + nk + nv,), device=x.device, dtype=torch.float32)
+    cuts = ((0, nq), (nq, nq + nk), (nq + nk, nq + nk + nv))
+    (x16, x_inv), *_ = fp16_rows.scale_rows(
+        [x2d] + ws, [(torch.empty_like(x2d, dtype=torch.float16),
+                      torch.empty((x2d.shape[0],), device=x.device, dtype=torch.float32))]
+        + [(w16[a:z], w_inv[a:z]) for a, z in cuts])
+    q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
+    # scaled float32 products [B*S, Nq+Nk+Nv]: q, k, v are its column slices; the epilogue
+    # multiplies by x_inv (per token) and w_inv (per feature)
+    qkv = _mm16(x16, w16.t())
+    q, k, v = (qkv[:, a:z] for a, z in cuts)
+    copies = tuple(torch.empty(a.shape, device=x.device, dtype=torch.float16) for a in (q, k, v))
+    copies += (torch.zeros((1,), device=x.device, dtype=torch.int32),)
     common = (q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
               eps_value, spec.rope, spec.rotary_dim)
     scales = (x_inv, q_inv, k_inv, v_inv)
@@ -317,11 +327,14 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     dt = q.dtype
 
     def views(q, k, v, kmajor):
+        # rows of q, k (and row-major v) may be further apart than heads * D: column slices of
+        # one fused QKV product
+        lq, lk, lv = q.stride(0), k.stride(0), v.stride(0)
         if kmajor:
             vs = (v, (s, d * b * s, 1, b * s))
         else:
-            vs = (v, (s * hk * d, d, hk * d, 1))
-        return (q, (s * h * d, d, h * d)), (k, (s * hk * d, d, hk * d)), vs, kmajor
+            vs = (v, (s * lv, d, lv, 1))
+        return (q, (s * lq, d, lq)), (k, (s * lk, d, lk)), vs, kmajor
 
     scale = spec.effective_scale(scale_value)
     prec = fp32_dot_precision() if dt == torch.float32 else "tf32"

@@ -130,9 +130,10 @@ def epilogue_jobs():
                      kf_inv_ptr="*fp32", vf_inv_ptr="*fp32")
         consts = dict(D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm],
                       ROPE=ROPE_CODES[rope], R=r, cs_d=1, F16=f16, SCALED=scaled,
-                      STORE32=store32, STORE_V32=store32 and scaled, GUARD=guard)
+                      STORE32=store32, STORE_V32=store32 and scaled, GUARD=guard,
+                      STRIDED=scaled)
         jobs.append(_job(f"qk_norm_rope {dt} d{d} {heads}/{kv} {norm} {rope} r{r} f16={f16}"
-                         + (f" scaled store32={store32} guard={guard}" if scaled else ""),
+                         + (f" scaled strided store32={store32} guard={guard}" if scaled else ""),
                          "inductor_gqa.kernels.qk_epilogue", "qk_norm_rope_kernel", types,
                          consts, 4))
 
