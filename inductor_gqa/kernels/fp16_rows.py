@@ -23,7 +23,8 @@ MAX_COLS = 16384
 
 
 @triton.jit
-def _rows(x_ptr, y_ptr, inv_ptr, n_rows, K, pid, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+def _rows(x_ptr, y_ptr, inv_ptr, n_rows, K, pid, ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
+          TARGET: tl.constexpr):
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_K)
     m2 = (rows < n_rows)[:, None] & (cols < K)[None, :]
@@ -34,7 +35,7 @@ def _rows(x_ptr, y_ptr, inv_ptr, n_rows, K, pid, ROWS: tl.constexpr, BLOCK_K: tl
     # and 2^-shift are normal floats (a row whose maximum is subnormal in float32 then stays
     # short of the target, still exactly scaled); inf/NaN rows read exponent 128: scale 2^-115
     e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-    shift = tl.minimum(tl.maximum(13 - e, -126), 126)
+    shift = tl.minimum(tl.maximum(TARGET - e, -126), 126)
     shift = tl.where(amax == 0.0, 0, shift)
     scale = ((shift + 127) << 23).to(tl.float32, bitcast=True)        # 2^shift, exact
     inv = ((127 - shift) << 23).to(tl.float32, bitcast=True)          # 2^-shift
@@ -44,28 +45,28 @@ def _rows(x_ptr, y_ptr, inv_ptr, n_rows, K, pid, ROWS: tl.constexpr, BLOCK_K: tl
 
 @triton.jit
 def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3, n3, K,
-                      ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+                      ROWS: tl.constexpr, BLOCK_K: tl.constexpr, TARGET: tl.constexpr):
     pid = tl.program_id(0)
     which = tl.program_id(1)
     if which == 0:
         if pid * ROWS < n0:
-            _rows(x0, y0, i0, n0, K, pid, ROWS, BLOCK_K)
+            _rows(x0, y0, i0, n0, K, pid, ROWS, BLOCK_K, TARGET)
     elif which == 1:
         if pid * ROWS < n1:
-            _rows(x1, y1, i1, n1, K, pid, ROWS, BLOCK_K)
+            _rows(x1, y1, i1, n1, K, pid, ROWS, BLOCK_K, TARGET)
     elif which == 2:
         if pid * ROWS < n2:
-            _rows(x2, y2, i2, n2, K, pid, ROWS, BLOCK_K)
+            _rows(x2, y2, i2, n2, K, pid, ROWS, BLOCK_K, TARGET)
     else:
         if pid * ROWS < n3:
-            _rows(x3, y3, i3, n3, K, pid, ROWS, BLOCK_K)
+            _rows(x3, y3, i3, n3, K, pid, ROWS, BLOCK_K, TARGET)
 
 
 def scale_rows(mats, outs=None):
     """[x (M, K) float32 contiguous, ...] (one to four, same K) -> [(x16, inv), ...]: fp16 copies
     and the float32 reciprocals of their row scales (x == inv[:, None] * x16, up to fp16
-    rounding). ``outs``: the same list, preallocated (contiguous; e.g. row blocks of one buffer,
-    so that several weights become one GEMM operand)."""
+    rounding). ``outs``: preallocated (x16, inv) per matrix, or None to allocate (contiguous;
+    e.g. row blocks of one buffer, so that several weights become one GEMM operand)."""
     if not 1 <= len(mats) <= 4:
         raise ValueError("scale_rows: one to four matrices")
     k = mats[0].shape[1]
@@ -74,9 +75,10 @@ def scale_rows(mats, outs=None):
             raise ValueError("scale_rows: float32 contiguous [rows, K] matrices with the same K")
     if k > MAX_COLS:
         raise ValueError(f"scale_rows: rows longer than {MAX_COLS}")
-    if outs is None:
-        outs = [(torch.empty_like(m, dtype=torch.float16),
-                 torch.empty(m.shape[0], device=m.device, dtype=torch.float32)) for m in mats]
+    outs = [o if o is not None else
+            (torch.empty_like(m, dtype=torch.float16),
+             torch.empty(m.shape[0], device=m.device, dtype=torch.float32))
+            for m, o in zip(mats, outs or [None] * len(mats))]
     for m, (y, inv) in zip(mats, outs):
         if (y.shape != m.shape or y.dtype != torch.float16 or not y.is_contiguous()
                 or inv.shape != m.shape[:1] or inv.dtype != torch.float32):
@@ -89,6 +91,6 @@ def scale_rows(mats, outs=None):
         n = mats[i].shape[0] if i < len(mats) else 0
         args += [mats[j], outs[j][0], outs[j][1], n]
     grid = (triton.cdiv(max(m.shape[0] for m in mats), rows), 4)
-    scale_rows_kernel[grid](*args, k, ROWS=rows, BLOCK_K=block_k,
+    scale_rows_kernel[grid](*args, k, ROWS=rows, BLOCK_K=block_k, TARGET=TARGET_EXP,
                             num_warps=8 if block_k >= 4096 else 4)
     return outs

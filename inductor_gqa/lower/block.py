@@ -235,7 +235,7 @@ def _run(t, spec):
     args = (cos, sin, mask, eps_value, eps_k_value, scale_value, prec)
     if not f16_operands_allowed(dt, prec):
         return _run_plan(t, spec, "native", *args)
-    # fp16 copies or TF32 on float32: the whole block measured both ways, once per bucket
+    # fp16 copies or TF32 on float32: the whole block measured each way, once per bucket
     key = ("plan", dt, h, hk, d, spec.causal, spec.mask, spec.return_probs, spec.norm,
            spec.rope, prec, tuning.bucket(s), tuning.bucket(b * h), s % 16 == 0)
     plans = ["f16", "native"]
@@ -249,10 +249,10 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
     x = t["x"]
     b, s, _ = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-    dt = x.dtype
-    f16 = plan in ("f16", "f16proj")
     if plan == "f16proj":
         return _run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec)
+    dt = x.dtype
+    f16 = plan == "f16"
     # 1. projections (cuBLAS, bias fused; one 3xTF32 Triton launch for fp32 "highest" where it
     #    measures faster), q and k [B*S, heads*D] contiguous; float32 V as V^T [Hkv*D, B*S], the
     #    K-major operand Hopper's TF32 MMA needs for P @ V (row-major when fp16 copies are made)
@@ -260,20 +260,26 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
     q, k, v = qkv(x, (t["wq"], t["bq"]), (t["wk"], t["bk"]), (t["wv"], t["bv"]), prec,
                   v_transposed=v_kmajor)
     # 2. norm + rope in place (+ the fp16 copies of q, k, v)
-    copies = None
-    if f16:
-        copies = (torch.empty_like(q, dtype=torch.float16), torch.empty_like(k, dtype=torch.float16),
-                  torch.empty_like(v, dtype=torch.float16),
-                  torch.zeros((1,), device=x.device, dtype=torch.int32))
+    copies = _fp16_copies(q, k, v) if f16 else None
     if spec.norm != "none" or spec.rope != "none" or f16:
         qk_norm_rope_(q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d,
                       spec.norm, eps_value, spec.rope, spec.rotary_dim, eps_k=eps_k_value,
                       f16=(v, *copies) if f16 else None)
     # 3. attention -> o [B, S, H*D]
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, v_kmajor, f16=copies)
+    return _o_proj(t, spec, o, probs, prec)
+
+
+def _o_proj(t, spec, o, probs, prec):
     # 4. o_proj
     out = linear(o, t["wo"], t["bo"], prec) if t["wo"] is not None else o
-    return out.contiguous(), (probs if spec.return_probs else x.new_empty((0,)))
+    return out.contiguous(), (probs if spec.return_probs else o.new_empty((0,)))
+
+
+def _fp16_copies(q, k, v):
+    """(q16, k16, v16, flag): buffers for the epilogue's fp16 copies, and its overflow flag."""
+    return tuple(torch.empty(a.shape, device=a.device, dtype=torch.float16) for a in (q, k, v)) \
+        + (torch.zeros((1,), device=q.device, dtype=torch.int32),)
 
 
 def _run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec):
@@ -290,16 +296,13 @@ def _run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, p
     w_inv = torch.empty((nq + nk + nv,), device=x.device, dtype=torch.float32)
     cuts = ((0, nq), (nq, nq + nk), (nq + nk, nq + nk + nv))
     (x16, x_inv), *_ = fp16_rows.scale_rows(
-        [x2d] + ws, [(torch.empty_like(x2d, dtype=torch.float16),
-                      torch.empty((x2d.shape[0],), device=x.device, dtype=torch.float32))]
-        + [(w16[a:z], w_inv[a:z]) for a, z in cuts])
+        [x2d] + ws, [None] + [(w16[a:z], w_inv[a:z]) for a, z in cuts])
     q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
     # scaled float32 products [B*S, Nq+Nk+Nv]: q, k, v are its column slices; the epilogue
     # multiplies by x_inv (per token) and w_inv (per feature)
     qkv = _mm16(x16, w16.t())
     q, k, v = (qkv[:, a:z] for a, z in cuts)
-    copies = tuple(torch.empty(a.shape, device=x.device, dtype=torch.float16) for a in (q, k, v))
-    copies += (torch.zeros((1,), device=x.device, dtype=torch.int32),)
+    copies = _fp16_copies(q, k, v)
     common = (q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
               eps_value, spec.rope, spec.rotary_dim)
     scales = (x_inv, q_inv, k_inv, v_inv)
@@ -308,8 +311,7 @@ def _run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, p
     qk_norm_rope_(*common, eps_k=eps_k_value, scales=scales, store32=True, guard=2, v=v,
                   flag=copies[3])
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies)
-    out = linear(o, t["wo"], t["bo"], prec) if t["wo"] is not None else o
-    return out.contiguous(), (probs if spec.return_probs else x.new_empty((0,)))
+    return _o_proj(t, spec, o, probs, prec)
 
 
 def _sdpa_ok(spec: BlockSpec, dt):

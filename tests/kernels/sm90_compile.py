@@ -159,7 +159,7 @@ def epilogue_jobs():
                                                              ("i", "*fp32"))}
         jobs.append(_job(f"scale_rows K={k}", "inductor_gqa.kernels.fp16_rows",
                          "scale_rows_kernel", ptrs,
-                         dict(ROWS=max(1, 4096 // block_k), BLOCK_K=block_k),
+                         dict(ROWS=max(1, 4096 // block_k), BLOCK_K=block_k, TARGET=13),
                          8 if block_k >= 4096 else 4))
     add("bf16", 128, 96, 8, "fp32_weight", "half", 128)  # W092
     add("bf16", 128, 96, 8, "cast_weight", "interleaved", 64)
