@@ -169,6 +169,22 @@ def test_f16_copies_under_high(tf32_allowed, monkeypatch, causal, mask, probs, s
     _close_high(out32, ref, 2e-3)
 
 
+@pytest.mark.parametrize("proj", [False, True])
+def test_f16_copies_odd_head_dim(tf32_allowed, monkeypatch, proj):
+    """head_dim 24 (padded tiles) and 3 query heads per KV head, with RMSNorm, on fp16 copies."""
+    if proj:
+        monkeypatch.setenv("INDUCTOR_GQA_FP16_PROJECTIONS", "1")
+    spec = BlockSpec(num_heads=6, num_kv_heads=2, head_dim=24, norm="fp32_weight", eps=1e-6,
+                     rope="half", rotary_dim=16, core="explicit", scale=24 ** -0.5, causal=True,
+                     return_probs=True)
+    t = _inputs(spec, 2, 11, 48, F32)
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    out, p = block.run_block(dict(t), spec)
+    _close_high(out, ref, 1e-3 * ref.abs().max().item())
+    _close_high(p, ref_p, 2e-3)
+
+
 @pytest.mark.parametrize("which", ["q", "v"])
 def test_f16_copies_overflow_falls_back(tf32_allowed, which):
     """A value beyond fp16's range must not reach the fp16 kernels: the flag routes the block to
