@@ -7,6 +7,8 @@
   MODE 1 + MODE 2: the probabilities path. Pass 1 stores per-row max and sum of exp (base 2);
   pass 2 recomputes the scores, writes the normalized probabilities exactly once and accumulates
   P @ V. No other S x S tensor exists.
+  MODE 3: the probabilities path in one launch when a whole row fits one key tile (BLOCK_N >= S,
+  the host's guarantee): exact row max and sum, then the same store and P @ V.
 * Masks, in the eager order: scale, causal (-inf), bool_fill (mask_fill), bool_keep (-inf),
   additive. Causal tiles wholly above the diagonal are skipped (and, for probabilities, written as
   zeros without computing) except with bool_fill, whose finite fill overrides the causal -inf.
@@ -158,7 +160,7 @@ def gqa_attention_kernel(
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    if MODE == 2:
+    if MODE >= 2:
         p_row = P + b64 * sp_b + h.to(tl.int64) * sp_h + offs_m[:, None].to(tl.int64) * sp_s
     if PIPELINE:
         s_next = _qk(q, k_base, sk_s, offs_nb, S, d_ok, PREC, UPCAST)
@@ -174,7 +176,20 @@ def gqa_attention_kernel(
             s = _qk(q, k_base, sk_s, offs_n, S, d_ok, PREC, UPCAST)
         t = _scores(s, offs_m, offs_n, S, qscale, MASK, mrow_off, sm_k, mask_fill,
                     CAUSAL, MASK_KIND, PRESCALED)
-        if MODE == 2:
+        if MODE == 3:       # the only tile of the row: exact statistics, then as MODE 2
+            m_i = tl.max(t, 1)
+            m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
+            p = tl.exp2(t - m_use[:, None])
+            l_i = tl.sum(p, 1)
+            p_out = (p * (1.0 / l_i)[:, None]).to(P.dtype.element_ty)
+            tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :],
+                     eviction_policy="evict_first")
+            v = _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR)
+            if UPCAST:
+                acc += tl.dot(p_out.to(tl.float32), v.to(tl.float32), input_precision=PREC)
+            else:
+                acc += tl.dot(p_out.to(V.dtype.element_ty), v, input_precision=PREC)
+        elif MODE == 2:
             p = tl.exp2(t - m_use[:, None]) * inv_l[:, None]
             p_out = p.to(P.dtype.element_ty)
             tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :],
@@ -210,7 +225,7 @@ def gqa_attention_kernel(
                 offs_n = start_n + offs_nb
                 tl.store(p_row + offs_n[None, :], zeros, mask=m_ok[:, None] & (offs_n < S)[None, :],
                          eviction_policy="evict_first")
-        else:
+        elif MODE == 0:
             acc = acc / l_i[:, None]
         o_ptrs = (O + b64 * so_b + h * so_h + offs_m[:, None].to(tl.int64) * so_s
                   + offs_d[None, :])

@@ -131,6 +131,19 @@ def _attention_configs(dtype, d, mode, f16=False):
             (64, 32, 4, 3)]
 
 
+def _single_pass_candidates(s):
+    """Opt-in (INDUCTOR_GQA_SINGLE_PASS=1), not yet measured on a GPU: for S <= 256 the
+    probabilities in one launch (flash.py's MODE 3, one key tile per row) instead of the stats and
+    probabilities passes; measured against the pair, which stays a candidate."""
+    if os.environ.get("INDUCTOR_GQA_SINGLE_PASS", "0") != "1" or s > 256:
+        return []
+    bn = max(16, 1 << (s - 1).bit_length())
+    if tuning.interpreting():
+        return [(32, bn, 4, 1)]
+    # one key tile per row: nothing to pipeline (one stage keeps K and V tiles single)
+    return [(bm, bn, nw, 1) for bm, nw in ((16, 4), (32, 4), (64, 4), (64, 8), (128, 8))]
+
+
 # configs of the float32 fallback behind fp16 copies: it runs only when a value overflowed fp16,
 # so it is not tuned for speed, only checked to run (small tiles fit any head_dim)
 _FALLBACK_CONFIGS = [(64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)]
@@ -386,12 +399,21 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     probs = torch.empty((b, h, s, s), device=q.device, dtype=dt)
     ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
 
-    c1 = tuning.pick(base_key + (1,), _attention_candidates(dt, d, 1, f16_cfgs),
-                     lambda c: run(1, c, None, ml))
-    run(1, c1, None, ml)        # pass 2 is measured on real statistics
-    c2 = tuning.pick(base_key + (2,), _attention_candidates(dt, d, 2, f16_cfgs),
-                     lambda c: run(2, c, probs, ml))
-    run(2, c2, probs, ml)
+    def two_pass():
+        c1 = tuning.pick(base_key + (1,), _attention_candidates(dt, d, 1, f16_cfgs),
+                         lambda c: run(1, c, None, ml))
+        run(1, c1, None, ml)        # pass 2 is measured on real statistics
+        c2 = tuning.pick(base_key + (2,), _attention_candidates(dt, d, 2, f16_cfgs),
+                         lambda c: run(2, c, probs, ml))
+        run(2, c2, probs, ml)
+
+    singles = _single_pass_candidates(s)
+    if singles:
+        c = tuning.pick(base_key + (3,), singles + ["two-pass"],
+                        lambda c: two_pass() if c == "two-pass" else run(3, c, probs))
+        two_pass() if c == "two-pass" else run(3, c, probs)
+    else:
+        two_pass()
     run_fallback(1, None, ml)
     run_fallback(2, probs, ml)
     return o, probs

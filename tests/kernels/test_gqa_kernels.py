@@ -128,6 +128,33 @@ def test_sdpa_choice_output_is_returned(monkeypatch):
     _compare(spec, 2, 19, 64, BF16)
 
 
+@pytest.mark.parametrize("dtype,causal,mask,s,high", [
+    (F32, False, "none", 17, False), (F32, True, "none", 33, True), (F32, True, "bool_fill", 9, False),
+    (F32, False, "additive", 70, True), (BF16, True, "bool_keep", 21, False)])
+def test_single_pass_probabilities(monkeypatch, dtype, causal, mask, s, high):
+    """flash.py's MODE 3 (whole row in one key tile): opt-in for S <= 256."""
+    monkeypatch.setenv("INDUCTOR_GQA_SINGLE_PASS", "1")
+    assert block._single_pass_candidates(s)[0][1] >= s
+    assert not block._single_pass_candidates(257)
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if high else "highest")   # fp16 copies or not
+    try:
+        spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, core="explicit", scale=0.25,
+                         scale_op="mul", causal=causal, mask=mask, mask_fill=-1e4,
+                         return_probs=True)
+        if high:
+            t = _inputs(spec, 2, s, 64, dtype, mask_shape=(mask, None))
+            with torch.no_grad():
+                ref, ref_p = attention_block_reference(**t, spec=spec)
+            out, p = block.run_block(dict(t), spec)
+            _close_high(out, ref, 2e-3)
+            _close_high(p, ref_p, 2e-3)
+        else:
+            _compare(spec, 2, s, 64, dtype, mask_shape=(mask, None))
+    finally:
+        torch.set_float32_matmul_precision(old)
+
+
 @pytest.fixture
 def tf32_allowed():
     """float32 matmul precision "high": the block may run its dots on fp16 copies."""
