@@ -74,6 +74,21 @@ def split(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
+def _selection(args, names, forms, impls):
+    """Whether a baseline row is one this run was asked for (workload, precision, impl, form,
+    case): a run of one workload is gated on that workload's rows only."""
+    from inductor_gqa import workloads as wl
+
+    precs = set(split(args.precisions)) | {"bf16"}
+
+    def asked(row) -> bool:
+        w = wl.WORKLOADS.get(row["workload"])
+        return (row["workload"] in names and row["precision"] in precs and row["impl"] in impls
+                and row["form"] in forms and w is not None
+                and (row["seq"], row["batch"]) in select_cases(args.cases, w.cases))
+    return asked
+
+
 def select_cases(spec: str, cases) -> list[tuple[int, int]]:
     if spec == "all":
         return list(cases)
@@ -306,7 +321,8 @@ def main(argv=None) -> int:
     bad_checks = stats.check_failures(doc, only=gated)
     rc = 1 if bad_checks else 0
     if baseline is not None:
-        g = stats.gate(doc, baseline, floor=floor, k=args.noise_k, impls=gated)
+        g = stats.gate(doc, baseline, floor=floor, k=args.noise_k, impls=gated,
+                       scope=_selection(args, names, forms, impls))
         doc["gate"] = g
         rc = 0 if g["ok"] else 1
     incomplete = any(r["status"] == "skipped" for r in rows)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 SCHEMA = "inductor_gqa.perf/1"
 
@@ -175,25 +175,31 @@ def check_failures(result: dict, only=None, exclude=None) -> list[str]:
 
 
 def gate(current: dict, baseline: dict, floor: Optional[float] = None,
-         k: float = DEFAULT_NOISE_K, impls: Optional[Iterable[str]] = OURS) -> dict:
+         k: float = DEFAULT_NOISE_K, impls: Optional[Iterable[str]] = OURS,
+         scope: Optional[Callable[[dict], bool]] = None) -> dict:
     """Compare a run with a baseline. Returns {"ok", "failures", "regressions", "compared", ...}.
 
     A failure is: a correctness check of a gated implementation that failed in the current run
     (failed checks of other implementations are listed as warnings); a gated baseline row that is missing, errored or unavailable now; a row whose GPU time grew by
     more than threshold(); a row that ran the fused op in the baseline and does not now.
+    ``scope(baseline_row)``: whether the run was asked for that row (a run of some workloads or
+    cases); rows outside it are counted in "outside", not required.
     """
     if floor is None:
         floor = baseline.get("settings", {}).get("noise_floor", DEFAULT_NOISE_FLOOR)
     impls = set(impls) if impls else None
     cur = index_rows(current)
     failures, regressions, improvements = [], [], []
-    compared = 0
+    compared = outside = 0
     warnings = check_failures(current, exclude=impls)
     failures += check_failures(current, only=impls)
     for key, b in index_rows(baseline).items():
         if b.get("status") != "ok" or not b.get("gpu_us"):
             continue
         if impls and b["impl"] not in impls:
+            continue
+        if scope is not None and not scope(b):
+            outside += 1
             continue
         r = cur.get(key)
         if r is None:
@@ -217,7 +223,8 @@ def gate(current: dict, baseline: dict, floor: Optional[float] = None,
             failures.append(f"{key}: ran the fused op in the baseline, does not now")
     return {"ok": not failures, "failures": failures, "warnings": warnings,
             "regressions": regressions,
-            "improvements": improvements, "compared": compared, "noise_floor": floor,
+            "improvements": improvements, "compared": compared, "outside": outside,
+            "noise_floor": floor,
             "noise_k": k, "impls": sorted(impls) if impls else "all"}
 
 
@@ -277,6 +284,8 @@ def gate_text(g: dict) -> str:
           else f"{fl * 100:.1f}%")
     lines = [f"gate: {'PASS' if g['ok'] else 'FAIL'} ({g['compared']} timed rows compared, "
              f"implementations {g['impls']}, floor {fl}, k {g['noise_k']})"]
+    if g.get("outside"):
+        lines.append(f"  {g['outside']} baseline rows outside this run's selection, not compared")
     lines += [f"  FAIL {f}" for f in g["failures"]]
     lines += [f"  warning (not gated) {w}" for w in g.get("warnings", [])]
     for e in g["improvements"]:

@@ -79,6 +79,17 @@ def test_gate_fails_on_check_missing_error_and_lost_fusion():
     assert any("error now" in f for f in g["failures"])
 
 
+def test_gate_scope_leaves_rows_the_run_was_not_asked_for():
+    base = doc([row(gpu=100.0), row(workload="W092", precision="bf16", gpu=800.0)])
+    cur = doc([row(gpu=100.0)])
+    assert not stats.gate(cur, base)["ok"]                 # strict: the W092 row is missing
+    g = stats.gate(cur, base, scope=lambda r: r["workload"] == "W075")
+    assert g["ok"] and g["compared"] == 1 and g["outside"] == 1
+    assert "1 baseline rows outside this run's selection" in stats.gate_text(g)
+    g = stats.gate(doc([]), base, scope=lambda r: r["workload"] == "W075")
+    assert not g["ok"]                                     # asked for and missing: still a FAIL
+
+
 def test_gate_check_failure_of_reference_impl_is_a_warning():
     base = doc([row(gpu=100.0)])
     g = stats.gate(doc([row(gpu=100.0), row(impl="stock", gpu=90.0, check=False)]), base)
