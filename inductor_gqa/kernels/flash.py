@@ -176,21 +176,15 @@ def gqa_attention_kernel(
             s = _qk(q, k_base, sk_s, offs_n, S, d_ok, PREC, UPCAST)
         t = _scores(s, offs_m, offs_n, S, qscale, MASK, mrow_off, sm_k, mask_fill,
                     CAUSAL, MASK_KIND, PRESCALED)
-        if MODE == 3:       # the only tile of the row: exact statistics, then as MODE 2
-            m_i = tl.max(t, 1)
-            m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
-            p = tl.exp2(t - m_use[:, None])
-            l_i = tl.sum(p, 1)
-            p_out = (p * (1.0 / l_i)[:, None]).to(P.dtype.element_ty)
-            tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :],
-                     eviction_policy="evict_first")
-            v = _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR)
-            if UPCAST:
-                acc += tl.dot(p_out.to(tl.float32), v.to(tl.float32), input_precision=PREC)
+        if MODE >= 2:
+            if MODE == 3:   # the only tile of the row: its exact statistics first
+                m_i = tl.max(t, 1)
+                m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
+                p = tl.exp2(t - m_use[:, None])
+                l_i = tl.sum(p, 1)
+                p = p * (1.0 / l_i)[:, None]
             else:
-                acc += tl.dot(p_out.to(V.dtype.element_ty), v, input_precision=PREC)
-        elif MODE == 2:
-            p = tl.exp2(t - m_use[:, None]) * inv_l[:, None]
+                p = tl.exp2(t - m_use[:, None]) * inv_l[:, None]
             p_out = p.to(P.dtype.element_ty)
             tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :],
                      eviction_policy="evict_first")
