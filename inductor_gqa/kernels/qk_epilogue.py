@@ -5,7 +5,7 @@ row-major, i.e. already the [B, S, heads, D] layout the attention kernel reads t
 kernel rewrites the q and k rows in place (one row = one token x head), so no transposed copy is
 made. One launch covers q and k (grid axis 1 picks the tensor).
 
-With ``f16`` (float32 blocks whose dots may use TF32): the kernel also writes fp16 copies of q, k
+With ``copies`` (float32 blocks whose dots may use TF32): the kernel also writes fp16 copies of q, k
 and V for the attention kernel. fp16 keeps TF32's 10-bit significand, rounds to nearest and runs
 at twice the tensor-core rate; only its range is smaller, so a value that would overflow it sets
 ``flag`` and the attention kernels then take the float32 path instead (flash.py's GUARD).
@@ -151,12 +151,12 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
 
 
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_heads,
-                  num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None, f16=None,
-                  scales=None, store32=None, guard=0, v=None, flag=None):
+                  num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None, v=None,
+                  copies=None, flag=None, scales=None, store32=None, guard=0):
     """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin: [B, S, R]-broadcast
-    views (None without RoPE). ``f16``: (v, q16, k16, v16, flag) to also write fp16 copies of the
-    float32 q, k (after norm and RoPE) and v [B*S, Hkv*D]; ``flag`` (int32, zeroed by the caller)
-    becomes nonzero if a finite value overflowed fp16. ``scales``: (token_inv [B*S], q_inv
+    views (None without RoPE). ``copies``: (q16, k16, v16) to also write fp16 copies of the
+    float32 q, k (after norm and RoPE) and ``v`` [B*S, Hkv*D]; ``flag`` (int32, zeroed by the
+    caller) then becomes nonzero if a finite value overflowed fp16. ``scales``: (token_inv [B*S], q_inv
     [H*D], k_inv [Hkv*D], v_inv [Hkv*D]) reciprocal row scales of fp16 GEMM operands to undo
     first (``fp16_rows``); ``store32`` (default: whenever there is a norm or RoPE) writes the
     float32 results in place, also for ``v`` when scaled; ``guard=2`` with ``flag``: the launch
@@ -174,8 +174,11 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     else:
         cos = sin = dummy
         cs = (0, 0, 0)
-    if f16 is not None:
-        v, q16, k16, v16, flag = f16
+    f16 = copies is not None
+    if f16:
+        q16, k16, v16 = copies
+        if v is None or flag is None:
+            raise ValueError("qk_norm_rope_: fp16 copies need v and the flag")
         if q.dtype != k.dtype or q.dtype != v.dtype or q.dtype != torch.float32:
             raise ValueError("qk_norm_rope_: fp16 copies are made of float32 q, k, v only")
     else:
@@ -183,7 +186,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     if store32 is None:
         store32 = norm != "none" or rope != "none"
     store_v32 = bool(store32 and scales is not None)
-    if (f16 is not None or store_v32) and v is None:
+    if store_v32 and v is None:
         raise ValueError("qk_norm_rope_: v is needed")
     if guard and flag is None:
         raise ValueError("qk_norm_rope_: a guarded launch needs the flag")
@@ -195,7 +198,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
             if t.dim() != 2 or t.stride() != (ld, 1):
                 raise ValueError("qk_norm_rope_: q, k, v must be contiguous or share one row "
                                  "stride with unit column stride")
-    grid = (triton.cdiv(q_rows, rows), 3 if f16 is not None or store_v32 else 2)
+    grid = (triton.cdiv(q_rows, rows), 3 if f16 or store_v32 else 2)
     qk_norm_rope_kernel[grid](
         q, k,
         q_norm_weight if norm != "none" else dummy, k_norm_weight if norm != "none" else dummy,
@@ -203,6 +206,6 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         float(eps if eps_k is None else eps_k), cos, sin, *cs, q16, k16,
         v if v is not None else dummy, v16, flag if flag is not None else dummy, *sc, ld,
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
-        R=rotary_dim if rope != "none" else 0, F16=f16 is not None, SCALED=scales is not None,
+        R=rotary_dim if rope != "none" else 0, F16=f16, SCALED=scales is not None,
         STORE32=bool(store32), STORE_V32=store_v32, GUARD=int(guard), STRIDED=strided,
         num_warps=4)

@@ -277,7 +277,8 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
     if spec.norm != "none" or spec.rope != "none" or f16:
         qk_norm_rope_(q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d,
                       spec.norm, eps_value, spec.rope, spec.rotary_dim, eps_k=eps_k_value,
-                      f16=(v, *copies) if f16 else None)
+                      v=v, copies=copies[:3] if f16 else None,
+                      flag=copies[3] if f16 else None)
     # 3. attention -> o [B, S, H*D]
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, v_kmajor, f16=copies)
     return _o_proj(t, spec, o, probs, prec)
@@ -319,7 +320,8 @@ def _run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, p
     common = (q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
               eps_value, spec.rope, spec.rotary_dim)
     scales = (x_inv, q_inv, k_inv, v_inv)
-    qk_norm_rope_(*common, eps_k=eps_k_value, f16=(v, *copies), scales=scales, store32=False)
+    qk_norm_rope_(*common, eps_k=eps_k_value, v=v, copies=copies[:3], flag=copies[3],
+                  scales=scales, store32=False)
     # the float32 fallback's q, k, v: finished in place only if a copy overflowed
     qk_norm_rope_(*common, eps_k=eps_k_value, scales=scales, store32=True, guard=2, v=v,
                   flag=copies[3])

@@ -239,7 +239,7 @@ def test_f16_overflow_flag():
                   torch.empty_like(kk, dtype=torch.float16),
                   torch.empty_like(vv, dtype=torch.float16), torch.zeros(1, dtype=torch.int32))
         qk_norm_rope_(qq, kk, None, None, None, None, 1, 6, 2, 1, 16, "none", 1e-6, "none", 0,
-                      f16=(vv, *copies))
+                      v=vv, copies=copies[:3], flag=copies[3])
         assert copies[3].item() == (which is not None), which
         for c, x in zip(copies[:3], (qq, kk, vv)):     # round to nearest, elsewhere exact
             fine = x.abs() < 6e4
