@@ -7,8 +7,9 @@ made. One launch covers q and k (grid axis 1 picks the tensor).
 
 With ``copies`` (float32 blocks whose dots may use TF32): the kernel also writes fp16 copies of q, k
 and V for the attention kernel. fp16 keeps TF32's 10-bit significand, rounds to nearest and runs
-at twice the tensor-core rate; only its range is smaller, so a value that would overflow it sets
-``flag`` and the attention kernels then take the float32 path instead (flash.py's GUARD).
+at twice the tensor-core rate; only its range is smaller, so a value that would overflow it, or a
+row too small for its normal range, sets ``flag`` and the attention kernels then take the float32
+path instead (flash.py's GUARD).
 
 With ``scales`` (projections computed on fp16 copies with per-row power-of-two scales,
 ``fp16_rows``): the GEMM outputs are scaled, and the kernel multiplies each element by its token's
@@ -40,11 +41,17 @@ def _round(x, DT: tl.constexpr):
 
 @triton.jit
 def _store16(x16_ptr, offs, x, m2, flag_ptr):
-    """fp16 copy of fp32 values; a finite value that overflows fp16 raises the flag."""
+    """fp16 copy of fp32 values. The flag is raised where fp16's range would cost accuracy: a
+    finite value that overflows, or a nonzero row (one head of one token) whose largest value is
+    below 2^-14, fp16's smallest normal. In a row whose maximum M is at least 2^-14 every value's
+    error (at most 2^-25 absolute for subnormals) stays within M * 2^-11, TF32's bound for M."""
     x16 = x.to(tl.float16)
-    bad = (tl.abs(x16.to(tl.float32)) == float("inf")) & (tl.abs(x) < float("inf")) & m2
+    ax = tl.where(m2, tl.abs(x), 0.0)
+    over = (tl.abs(x16.to(tl.float32)) == float("inf")) & (ax < float("inf"))
+    rmax = tl.max(ax, axis=1)
+    tiny = (rmax > 0.0) & (rmax < 6.103515625e-05)
     tl.store(x16_ptr + offs, x16, mask=m2)
-    if tl.max(bad.to(tl.int32)) != 0:
+    if (tl.max(over.to(tl.int32)) != 0) | (tl.max(tiny.to(tl.int32)) != 0):
         tl.atomic_max(flag_ptr, 1)
 
 
@@ -156,7 +163,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin: [B, S, R]-broadcast
     views (None without RoPE). ``copies``: (q16, k16, v16) to also write fp16 copies of the
     float32 q, k (after norm and RoPE) and ``v`` [B*S, Hkv*D]; ``flag`` (int32, zeroed by the
-    caller) then becomes nonzero if a finite value overflowed fp16. ``scales``: (token_inv [B*S], q_inv
+    caller) then becomes nonzero if fp16's range would cost accuracy (``_store16``). ``scales``: (token_inv [B*S], q_inv
     [H*D], k_inv [Hkv*D], v_inv [Hkv*D]) reciprocal row scales of fp16 GEMM operands to undo
     first (``fp16_rows``); ``store32`` (default: whenever there is a norm or RoPE) writes the
     float32 results in place, also for ``v`` when scaled; ``guard=2`` with ``flag``: the launch

@@ -132,10 +132,11 @@ def _attention_configs(dtype, d, mode, f16=False):
 
 
 def _single_pass_candidates(s):
-    """Opt-in (INDUCTOR_GQA_SINGLE_PASS=1), not yet measured on a GPU: for S <= 256 the
-    probabilities in one launch (flash.py's MODE 3, one key tile per row) instead of the stats and
-    probabilities passes; measured against the pair, which stays a candidate."""
-    if os.environ.get("INDUCTOR_GQA_SINGLE_PASS", "0") != "1" or s > 256:
+    """For S <= 256 the probabilities in one launch (flash.py's MODE 3, one key tile per row)
+    instead of the stats and probabilities passes; measured against the pair, which stays a
+    candidate (H200: 8.2 vs 10.3 us at 131x1, 11.1 vs 12.4 at 211x2; the pair wins at 256x8).
+    INDUCTOR_GQA_SINGLE_PASS=0 turns it off."""
+    if os.environ.get("INDUCTOR_GQA_SINGLE_PASS", "1") == "0" or s > 256:
         return []
     bn = max(16, 1 << (s - 1).bit_length())
     if tuning.interpreting():
@@ -150,13 +151,14 @@ _FALLBACK_CONFIGS = [(64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)]
 
 
 def f16_projections_offered(t, x) -> bool:
-    """Opt-in (INDUCTOR_GQA_FP16_PROJECTIONS=1), not yet measured on a GPU: the fp16-copies plan
-    with the Q/K/V GEMMs on fp16 copies too (``fp16_rows``: exact per-row power-of-two scales,
-    cuBLAS fp16 with float32 output, measured 74 vs 133 us at M=7184 for the GEMMs alone) and the
-    norm/RoPE launch writing only the copies (a guarded launch finishes the float32 tensors for
-    the fallback). Needs no projection biases (the scales are undone before the bias would be
-    added) and rows of at most 16384."""
-    if os.environ.get("INDUCTOR_GQA_FP16_PROJECTIONS", "0") != "1":
+    """The fp16-copies plan with the Q/K/V GEMMs on fp16 copies too (``fp16_rows``: exact per-row
+    power-of-two scales, cuBLAS fp16 with float32 output, measured 74 vs 133 us at M=7184 for the
+    GEMMs alone) and the norm/RoPE launch writing only the copies (a guarded launch finishes the
+    float32 tensors for the fallback). Whole block on the H200: 46 -> 38 us at 131x1, 337 -> 310
+    at 449x16, 550 -> 527 at 4096x1. Needs no projection biases (the scales are undone before
+    the bias would be added) and rows of at most 16384. INDUCTOR_GQA_FP16_PROJECTIONS=0 turns it
+    off."""
+    if os.environ.get("INDUCTOR_GQA_FP16_PROJECTIONS", "1") == "0":
         return False
     if any(t[n] is not None for n in ("bq", "bk", "bv")) or x.shape[-1] > fp16_rows.MAX_COLS:
         return False

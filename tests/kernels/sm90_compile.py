@@ -85,7 +85,6 @@ def attention_jobs():
             for cfg in _FALLBACK_CONFIGS:
                 add(f"fp32 fallback d{d}", torch.float32, d, mode, cfg, kmajor=False, guard=2)
     from inductor_gqa.lower.block import _single_pass_candidates
-    os.environ["INDUCTOR_GQA_SINGLE_PASS"] = "1"      # opt-in MODE 3 (whole row in one tile)
     for s_len in (131, 256):
         for cfg in _single_pass_candidates(s_len):
             add("fp32 d64", torch.float32, 64, 3, cfg, kmajor=True)
@@ -93,7 +92,6 @@ def attention_jobs():
                 guard=1)
         add("bf16 d128", torch.bfloat16, 128, 3, (64, 256, 8, 1), kmajor=False, causal=True,
             mask=1)
-    del os.environ["INDUCTOR_GQA_SINGLE_PASS"]
     for mode in (0, 2):                                   # the remaining switches, one config
         for mask in (1, 2, 3):
             for causal in (False, True):

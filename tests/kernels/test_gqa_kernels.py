@@ -132,10 +132,13 @@ def test_sdpa_choice_output_is_returned(monkeypatch):
     (F32, False, "none", 17, False), (F32, True, "none", 33, True), (F32, True, "bool_fill", 9, False),
     (F32, False, "additive", 70, True), (BF16, True, "bool_keep", 21, False)])
 def test_single_pass_probabilities(monkeypatch, dtype, causal, mask, s, high):
-    """flash.py's MODE 3 (whole row in one key tile): opt-in for S <= 256."""
-    monkeypatch.setenv("INDUCTOR_GQA_SINGLE_PASS", "1")
+    """flash.py's MODE 3 (whole row in one key tile): a candidate for S <= 256, the first one
+    under the interpreter."""
     assert block._single_pass_candidates(s)[0][1] >= s
     assert not block._single_pass_candidates(257)
+    monkeypatch.setenv("INDUCTOR_GQA_SINGLE_PASS", "0")
+    assert not block._single_pass_candidates(s)
+    monkeypatch.delenv("INDUCTOR_GQA_SINGLE_PASS")
     old = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high" if high else "highest")   # fp16 copies or not
     try:
@@ -156,8 +159,10 @@ def test_single_pass_probabilities(monkeypatch, dtype, causal, mask, s, high):
 
 
 @pytest.fixture
-def tf32_allowed():
-    """float32 matmul precision "high": the block may run its dots on fp16 copies."""
+def tf32_allowed(monkeypatch):
+    """float32 matmul precision "high": the block may run its dots on fp16 copies (the "f16"
+    plan: projections in float32; ``fp16_projections`` below for the first plan, "f16proj")."""
+    monkeypatch.setenv("INDUCTOR_GQA_FP16_PROJECTIONS", "0")
     old = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high")
     yield
@@ -200,7 +205,7 @@ def test_f16_copies_under_high(tf32_allowed, monkeypatch, causal, mask, probs, s
 def test_f16_copies_odd_head_dim(tf32_allowed, monkeypatch, proj):
     """head_dim 24 (padded tiles) and 3 query heads per KV head, with RMSNorm, on fp16 copies."""
     if proj:
-        monkeypatch.setenv("INDUCTOR_GQA_FP16_PROJECTIONS", "1")
+        monkeypatch.delenv("INDUCTOR_GQA_FP16_PROJECTIONS")
     spec = BlockSpec(num_heads=6, num_kv_heads=2, head_dim=24, norm="fp32_weight", eps=1e-6,
                      rope="half", rotary_dim=16, core="explicit", scale=24 ** -0.5, causal=True,
                      return_probs=True)
@@ -227,20 +232,46 @@ def test_f16_copies_overflow_falls_back(tf32_allowed, which):
     torch.testing.assert_close(out, ref, atol=2e-3 * ref.abs().max().item(), rtol=1e-3)
 
 
+@pytest.mark.parametrize("proj", [False, True])
+def test_f16_copies_tiny_values_fall_back(tf32_allowed, monkeypatch, proj):
+    """V at 2^-20 of its usual scale would be fp16 subnormals (about 2^-25 absolute error, a few
+    percent of the output): the flag routes the block to the float32 kernels, which keep TF32's
+    relative error."""
+    if proj:
+        monkeypatch.delenv("INDUCTOR_GQA_FP16_PROJECTIONS")
+    spec = _w075_spec()
+    t = _inputs(spec, 1, 19, 64, F32)
+    t["wv"] = t["wv"] * 2.0 ** -20
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    out, p = block.run_block(dict(t), spec)
+    _close_high(p, ref_p, 2e-3)
+    torch.testing.assert_close(out, ref, atol=1e-3 * ref.abs().max().item(), rtol=0)
+
+
 def test_f16_overflow_flag():
     from inductor_gqa.kernels.qk_epilogue import qk_norm_rope_
     g = torch.Generator().manual_seed(0)
     q, k, v = torch.randn(6, 32, generator=g), torch.randn(6, 16, generator=g), torch.randn(6, 16, generator=g)
-    for which in (None, "q", "k", "v"):
+    cases = [(None, None)] + [(w, c) for w in ("q", "k", "v") for c in ("over", "tiny")]
+    for which, how in cases + [("v", "zero"), ("q", "one small")]:
         qq, kk, vv = q.clone(), k.clone(), v.clone()
-        if which is not None:
+        if how == "over":
             dict(q=qq, k=kk, v=vv)[which][3, 5] = 7e4        # beyond fp16's 65504
+        elif how == "tiny":     # one head row entirely below fp16's normal range
+            a = dict(q=qq, k=kk, v=vv)[which]
+            a[3, :16] *= 2.0 ** -17 / a[3, :16].abs().max()
+        elif how == "zero":     # exact in fp16
+            vv[3] = 0.0
+        elif how == "one small":    # a small value in a normal row costs nothing
+            qq[3, 5] = 1e-7
+        raised = how in ("over", "tiny")
         copies = (torch.empty_like(qq, dtype=torch.float16),
                   torch.empty_like(kk, dtype=torch.float16),
                   torch.empty_like(vv, dtype=torch.float16), torch.zeros(1, dtype=torch.int32))
         qk_norm_rope_(qq, kk, None, None, None, None, 1, 6, 2, 1, 16, "none", 1e-6, "none", 0,
                       v=vv, copies=copies[:3], flag=copies[3])
-        assert copies[3].item() == (which is not None), which
+        assert copies[3].item() == raised, (which, how)
         for c, x in zip(copies[:3], (qq, kk, vv)):     # round to nearest, elsewhere exact
             fine = x.abs() < 6e4
             assert torch.equal(c.float()[fine], x.half().float()[fine])
@@ -285,14 +316,15 @@ def test_scale_rows_exact_power_of_two_scales():
 
 @pytest.fixture
 def fp16_projections(monkeypatch, tf32_allowed):
-    monkeypatch.setenv("INDUCTOR_GQA_FP16_PROJECTIONS", "1")
+    monkeypatch.delenv("INDUCTOR_GQA_FP16_PROJECTIONS")
 
 
 @pytest.mark.parametrize("causal,mask,probs,s", [(False, "none", True, 17), (True, "none", True, 33),
                                                 (False, "bool_keep", True, 9),
                                                 (True, "additive", False, 21)])
 def test_f16_projections_under_high(fp16_projections, causal, mask, probs, s):
-    """Opt-in plan: Q/K/V GEMMs on scaled fp16 copies too (first plan under the interpreter)."""
+    """The f16proj plan: Q/K/V GEMMs on scaled fp16 copies too (first plan under the
+    interpreter)."""
     spec = _w075_spec(causal, mask, probs)
     t = _inputs(spec, 2, s, 64, F32, mask_shape=(mask, None))
     assert block.f16_projections_offered(t, t["x"])
