@@ -4,7 +4,7 @@
         -o perf/results/nvidia-h200
 
 Used when a run did not finish a workload (deadline) and an earlier run of the same code for that
-workload did: the merged file records where each workload's rows came from (settings.merged_from).
+workload did, or when a change touched one precision only (``--take W075/high=...``): the merged file records where each workload's rows came from (settings.merged_from).
 """
 
 from __future__ import annotations
@@ -26,15 +26,22 @@ def merge(takes: dict) -> dict:
     out = dict(first, rows=[], variants=[])
     out["settings"] = dict(first["settings"], merged_from=dict(takes))
     for w, d in docs.items():
-        out["rows"] += [r for r in d["rows"] if r["workload"] == w]
-        out["variants"] += [v for v in d.get("variants", []) if v["workload"] == w]
+        # "W075" takes every row of the workload, "W075/high" only that precision's
+        workload, _, prec = w.partition("/")
+
+        def wanted(r):
+            return r["workload"] == workload and (not prec or r.get("precision") == prec)
+
+        out["rows"] += [r for r in d["rows"] if wanted(r)]
+        out["variants"] += [v for v in d.get("variants", []) if wanted(v)]
     out.pop("gate", None)
     return out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--take", action="append", required=True, help="WORKLOAD=results.json")
+    p.add_argument("--take", action="append", required=True,
+                   help="WORKLOAD=results.json or WORKLOAD/PRECISION=results.json")
     p.add_argument("-o", "--out", required=True)
     a = p.parse_args(argv)
     takes = dict(t.split("=", 1) for t in a.take)

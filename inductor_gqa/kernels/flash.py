@@ -25,7 +25,8 @@
 * GUARD (float32 blocks run with fp16 q/k/V copies, qk_epilogue's F16): 1 = run only if FLAG is
   zero (the fp16 copies are exact roundings), 2 = run only if it is not (a value overflowed fp16:
   the float32 operands are used instead). Both launches are made; one exits at once.
-* Output goes directly to [B, S, H*D] (strided), ready for o_proj.
+* Output goes directly to [B, S, H*D] (strided), ready for o_proj; with GUARD 1 it may be fp16
+  (for an fp16 o_proj), and a row outside fp16's useful range raises FLAG.
 * Ragged S: every tile is masked on the sequence bounds.
 """
 
@@ -224,6 +225,16 @@ def gqa_attention_kernel(
         o_ptrs = (O + b64 * so_b + h * so_h + offs_m[:, None].to(tl.int64) * so_s
                   + offs_d[None, :])
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+        if GUARD == 1:
+            if O.dtype.element_ty == tl.float16:
+                # an fp16 output for the fp16 o_proj: the same range rule as the q/k/V copies
+                # (qk_epilogue._store16), per row of this head; a raised flag sends the block
+                # to the float32 fallback launches that follow
+                a = tl.where(m_ok[:, None] & d_ok[None, :], tl.abs(acc), 0.0)
+                rmax = tl.max(a, 1)
+                bad = ((rmax > 0.0) & (rmax < 6.103515625e-05)) | (rmax >= 65504.0)
+                if tl.max(bad.to(tl.int32)) != 0:
+                    tl.atomic_max(FLAG, 1)
 
 
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,

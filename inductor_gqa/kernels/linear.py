@@ -57,9 +57,13 @@ def _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
 
 
 @triton.jit
-def linear_kernel(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n,
+def linear_kernel(X, W, BIAS, Y, FLAG, M, N, K, sx_m, sw_n, sy_m, sy_n,
                   HAS_BIAS: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                  GUARD: tl.constexpr):
+    if GUARD == 2:      # the float32 fallback of an fp16 GEMM: only once FLAG is raised
+        if tl.load(FLAG) == 0:
+            return
     pid_m, pid_n = _grouped(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
           HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -91,16 +95,21 @@ def qkv_kernel(X, M, K, sx_m,
               HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
-def launch(x2d, w, bias, y2d, prec, block_m, block_n, block_k, group_m, num_warps, num_stages):
-    """x2d [M, K], w [N, K] (K-contiguous rows), y2d [M, N] (any strides)."""
+def launch(x2d, w, bias, y2d, prec, block_m, block_n, block_k, group_m, num_warps, num_stages,
+           flag=None, guard=0):
+    """x2d [M, K], w [N, K] (K-contiguous rows), y2d [M, N] (any strides); ``guard=2``: every
+    program exits at once unless ``flag`` (int32) is nonzero."""
     m, k = x2d.shape
     n = w.shape[0]
+    if guard and flag is None:
+        raise ValueError("linear launch: a guarded launch needs the flag")
     grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n),)
     linear_kernel[grid](
-        x2d, w, bias if bias is not None else w, y2d, m, n, k,
+        x2d, w, bias if bias is not None else w, y2d, flag if guard else w, m, n, k,
         x2d.stride(0), w.stride(0), y2d.stride(0), y2d.stride(1),
         HAS_BIAS=bias is not None, PREC=prec, BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_K=block_k, GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)
+        BLOCK_K=block_k, GROUP_M=group_m, GUARD=int(guard), num_warps=num_warps,
+        num_stages=num_stages)
 
 
 def launch_qkv(x2d, parts, prec, block_m, block_n, block_k, group_m, num_warps, num_stages):

@@ -131,6 +131,7 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
 def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, eps_k,
                         cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr, v16_ptr,
                         flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr, ld,
+                        wo_ptr, wo16_ptr, wo_rows,
                         D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
                         NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
                         F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
@@ -150,16 +151,21 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
             _rows(k_ptr, kw_ptr, k_rows, HK, S, pid, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
                   k16_ptr, flag_ptr, tok_inv_ptr, kf_inv_ptr, ld, D, BLOCK_D, ROWS, NORM, ROPE,
                   R, F16, SCALED, STORE32, STRIDED)
-    else:   # V: its fp16 copy and/or its scales undone; no norm or RoPE
+    elif which == 2:    # V: its fp16 copy and/or its scales undone; no norm or RoPE
         if pid * ROWS < k_rows:
             _rows(v_ptr, kw_ptr, k_rows, HK, S, pid, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
                   v16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, ld, D, BLOCK_D, ROWS, 0, 0, 0,
                   F16, SCALED, STORE_V32, STRIDED)
+    else:   # o_proj's weight [E, H*D] as rows of D: its fp16 copy, range-checked like the rest
+        if pid * ROWS < wo_rows:
+            _rows(wo_ptr, kw_ptr, wo_rows, 1, S, pid, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
+                  wo16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, D, D, BLOCK_D, ROWS, 0, 0, 0,
+                  1, 0, 0, 0)
 
 
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_heads,
                   num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None, v=None,
-                  copies=None, flag=None, scales=None, store32=None, guard=0):
+                  copies=None, flag=None, scales=None, store32=None, guard=0, wo=None):
     """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin: [B, S, R]-broadcast
     views (None without RoPE). ``copies``: (q16, k16, v16) to also write fp16 copies of the
     float32 q, k (after norm and RoPE) and ``v`` [B*S, Hkv*D]; ``flag`` (int32, zeroed by the
@@ -167,7 +173,9 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     [H*D], k_inv [Hkv*D], v_inv [Hkv*D]) reciprocal row scales of fp16 GEMM operands to undo
     first (``fp16_rows``); ``store32`` (default: whenever there is a norm or RoPE) writes the
     float32 results in place, also for ``v`` when scaled; ``guard=2`` with ``flag``: the launch
-    does nothing unless the flag is set (the fallback's epilogue). q, k (and v) are contiguous,
+    does nothing unless the flag is set (the fallback's epilogue). ``wo``: (o_proj weight
+    [E, H*D] float32 contiguous, its fp16 copy) made in the same launch, with ``copies``. q, k
+    (and v) are contiguous,
     or all three column slices of one [B*S, ld] matrix (a fused QKV product): rows ``ld``
     apart."""
     d = head_dim
@@ -205,13 +213,25 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
             if t.dim() != 2 or t.stride() != (ld, 1):
                 raise ValueError("qk_norm_rope_: q, k, v must be contiguous or share one row "
                                  "stride with unit column stride")
-    grid = (triton.cdiv(q_rows, rows), 3 if f16 or store_v32 else 2)
+    wo_rows = 0
+    if wo is not None:
+        w32, w16 = wo
+        if not f16 or w32.dtype != torch.float32 or not w32.is_contiguous() \
+                or w16.shape != w32.shape or w32.shape[1] != num_heads * d:
+            raise ValueError("qk_norm_rope_: wo needs the fp16 copies and a contiguous float32 "
+                             "[E, H*D] weight with an fp16 twin")
+        wo_rows = w32.numel() // d
+    else:
+        w32 = w16 = dummy
+    programs = triton.cdiv(max(q_rows, wo_rows), rows)
+    grid = (programs, 4 if wo is not None else 3 if f16 or store_v32 else 2)
     qk_norm_rope_kernel[grid](
         q, k,
         q_norm_weight if norm != "none" else dummy, k_norm_weight if norm != "none" else dummy,
         q_rows, k_rows, num_heads, num_kv_heads, seq, float(eps),
         float(eps if eps_k is None else eps_k), cos, sin, *cs, q16, k16,
         v if v is not None else dummy, v16, flag if flag is not None else dummy, *sc, ld,
+        w32, w16, wo_rows,
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
         R=rotary_dim if rope != "none" else 0, F16=f16, SCALED=scales is not None,
         STORE32=bool(store32), STORE_V32=store_v32, GUARD=int(guard), STRIDED=strided,

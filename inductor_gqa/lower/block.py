@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels import flash, fp16_rows, tuning
+from ..kernels import linear as linear_kernels
 from ..kernels.qk_epilogue import qk_norm_rope_
 from ..kernels.rope_table import rope_tables
 from .linear import linear, qkv
@@ -274,22 +275,58 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
     v_kmajor = dt == torch.float32 and not f16
     q, k, v = qkv(x, (t["wq"], t["bq"]), (t["wk"], t["bk"]), (t["wv"], t["bv"]), prec,
                   v_transposed=v_kmajor)
-    # 2. norm + rope in place (+ the fp16 copies of q, k, v)
+    # 2. norm + rope in place (+ the fp16 copies of q, k, v, and of Wo for an fp16 o_proj)
     copies = _fp16_copies(q, k, v) if f16 else None
+    o16 = _fp16_o_proj(t, spec, x) if f16 else None
     if spec.norm != "none" or spec.rope != "none" or f16:
         qk_norm_rope_(q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d,
                       spec.norm, eps_value, spec.rope, spec.rotary_dim, eps_k=eps_k_value,
                       v=v, copies=copies[:3] if f16 else None,
-                      flag=copies[3] if f16 else None)
+                      flag=copies[3] if f16 else None, wo=o16[1:] if o16 else None)
     # 3. attention -> o [B, S, H*D]
-    o, probs = attention(q, k, v, mask, spec, b, s, scale_value, v_kmajor, f16=copies)
-    return _o_proj(t, spec, o, probs, prec)
+    o, probs = attention(q, k, v, mask, spec, b, s, scale_value, v_kmajor, f16=copies,
+                         out16=o16[0] if o16 else None)
+    return _o_proj(t, spec, o, probs, prec, o16, copies)
 
 
-def _o_proj(t, spec, o, probs, prec):
-    # 4. o_proj
-    out = linear(o, t["wo"], t["bo"], prec) if t["wo"] is not None else o
+def _o_proj(t, spec, o, probs, prec, o16=None, copies=None):
+    # 4. o_proj: on the fp16 copies (o16, Wo16) with a guarded float32 fallback, or float32
+    if o16 is not None:
+        out = _o_proj16(o, *o16, copies[3])
+    else:
+        out = linear(o, t["wo"], t["bo"], prec) if t["wo"] is not None else o
     return out.contiguous(), (probs if spec.return_probs else o.new_empty((0,)))
+
+
+# the float32 o_proj behind the fp16 one (3xTF32: Triton's TF32 truncates; it runs only when a
+# value left fp16's range, so it is checked to run, not tuned)
+_O_PROJ_FALLBACK = (128, 128, 32, 8, 8, 3)   # few programs: each exits at once when unused
+
+
+def _fp16_o_proj(t, spec, x):
+    """(o16 [B, S, H*D], Wo [E, H*D] contiguous, Wo16): buffers for o_proj on fp16 copies, or
+    None where it does not apply (no o_proj, an o_proj bias, no fp16 GEMM with float32 output).
+    The attention kernel writes o16 and raises the range flag for rows outside fp16's useful
+    range (flash.py), the epilogue launch writes Wo16 and checks it the same way; when the flag
+    is raised a guarded float32 GEMM redoes o_proj from the fallback's float32 o.
+    INDUCTOR_GQA_FP16_OPROJ=0 turns it off."""
+    wo = t["wo"]
+    if (wo is None or t["bo"] is not None or wo.dtype != torch.float32
+            or os.environ.get("INDUCTOR_GQA_FP16_OPROJ", "1") == "0"
+            or (x.is_cuda and not _mm_fp32_out_ok(x.device))):
+        return None
+    b, s, _ = x.shape
+    wo = wo.contiguous()
+    return (torch.empty((b, s, spec.num_heads * spec.head_dim), device=x.device,
+                        dtype=torch.float16), wo, torch.empty_like(wo, dtype=torch.float16))
+
+
+def _o_proj16(o, o16, wo, wo16, flag):
+    b, s, hd = o.shape
+    out = _mm16(o16.view(b * s, hd), wo16.t())
+    cfg = (32, 32, 32, 8, 4, 1) if tuning.interpreting() else _O_PROJ_FALLBACK
+    linear_kernels.launch(o.view(b * s, hd), wo, None, out, "tf32x3", *cfg, flag=flag, guard=2)
+    return out.view(b, s, -1)
 
 
 def _fp16_copies(q, k, v):
@@ -319,16 +356,22 @@ def _run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, p
     qkv = _mm16(x16, w16.t())
     q, k, v = (qkv[:, a:z] for a, z in cuts)
     copies = _fp16_copies(q, k, v)
+    o16 = _fp16_o_proj(t, spec, x)
     common = (q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
               eps_value, spec.rope, spec.rotary_dim)
     scales = (x_inv, q_inv, k_inv, v_inv)
     qk_norm_rope_(*common, eps_k=eps_k_value, v=v, copies=copies[:3], flag=copies[3],
-                  scales=scales, store32=False)
-    # the float32 fallback's q, k, v: finished in place only if a copy overflowed
-    qk_norm_rope_(*common, eps_k=eps_k_value, scales=scales, store32=True, guard=2, v=v,
-                  flag=copies[3])
-    o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies)
-    return _o_proj(t, spec, o, probs, prec)
+                  scales=scales, store32=False, wo=o16[1:] if o16 else None)
+
+    def finish_fp32():
+        # the float32 fallback's q, k, v: finished in place only if the flag was raised (by a
+        # copy, or by the fp16-operand attention's output: hence after its launches)
+        qk_norm_rope_(*common, eps_k=eps_k_value, scales=scales, store32=True, guard=2, v=v,
+                      flag=copies[3])
+
+    o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,
+                         out16=o16[0] if o16 else None, before_fallback=finish_fp32)
+    return _o_proj(t, spec, o, probs, prec, o16, copies)
 
 
 def _sdpa_ok(spec: BlockSpec, dt):
@@ -337,11 +380,13 @@ def _sdpa_ok(spec: BlockSpec, dt):
 
 
 def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor=False,
-              f16=None):
+              f16=None, out16=None, before_fallback=None):
     """q [B*S, H*D], k [B*S, Hkv*D] contiguous; v the same, or V^T [Hkv*D, B*S] contiguous when
     ``v_kmajor`` -> (o [B,S,H*D], probs or None). ``f16``: (q16, k16, v16, flag), fp16 copies of
     float32 q, k, v (row-major) to compute with; q, k, v are then the fallback for when ``flag``
-    says a value overflowed fp16."""
+    says a value left fp16's range. ``out16`` (with ``f16``): an fp16 [B,S,H*D] buffer the fp16
+    launches write the output to instead (o is then written only by the fallback).
+    ``before_fallback``: called between the fp16 launches and the fallback's."""
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     dt = q.dtype
 
@@ -367,9 +412,11 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         q16, k16, v16, flag = f16
         main, guard = views(q16, k16, v16, False), 1
         fallback = views(q, k, v, False)
-        base_key += ("f16",)
+        base_key += ("f16",) + (("o16",) if out16 is not None else ())
     else:
         main, guard, flag, fallback = views(q, k, v, v_kmajor), 0, None, None
+        if out16 is not None:
+            raise ValueError("attention: an fp16 output needs the fp16 copies")
 
     def run(mode, cfg, probs=None, ml=None, ops=main, guard=guard):
         if cfg == "sdpa":
@@ -377,7 +424,8 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         qs, ks, vs, kmajor = ops
         upcast = tuning.interpreting() and qs[0].dtype != torch.float32
         bm, bn, nw, ns = cfg[:4]
-        flash.launch(qs, ks, vs, o, probs, mask, ml, b, s, h, spec.groups, d, scale,
+        dst = out16 if out16 is not None and ops is main else o
+        flash.launch(qs, ks, vs, dst, probs, mask, ml, b, s, h, spec.groups, d, scale,
                      spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns,
                      v_kmajor=kmajor, pipeline="pipeline" in cfg, flag=flag, guard=guard)
         return o
@@ -398,6 +446,8 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
             cands.append("sdpa")
         cfg = tuning.pick(base_key + (0,), cands, lambda c: run(0, c))
         out = run(0, cfg)       # the SDPA candidate returns its own tensor
+        if before_fallback is not None:
+            before_fallback()
         run_fallback(0)
         return out, None
     probs = torch.empty((b, h, s, s), device=q.device, dtype=dt)
@@ -418,6 +468,8 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         two_pass() if c == "two-pass" else run(3, c, probs)
     else:
         two_pass()
+    if before_fallback is not None:
+        before_fallback()
     run_fallback(1, None, ml)
     run_fallback(2, probs, ml)
     return o, probs

@@ -47,13 +47,14 @@ def attention_jobs():
     jobs = []
 
     def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0, out=None,
-            guard=0):
+            guard=0, probs=None):
         bm, bn, nw, ns = cfg[:4]
         pipeline = "pipeline" in cfg
         t = TY[str(dt).split(".")[-1]]
         o = TY[str(out).split(".")[-1]] if out is not None else t
-        mask_t = {0: o, 1: "u8", 2: "u8", 3: o}[mask]
-        types = dict(Q="*" + t, K="*" + t, V="*" + t, O="*" + o, P="*" + o, MASK="*" + mask_t,
+        p = TY[str(probs).split(".")[-1]] if probs is not None else o
+        mask_t = {0: p, 1: "u8", 2: "u8", 3: p}[mask]
+        types = dict(Q="*" + t, K="*" + t, V="*" + t, O="*" + o, P="*" + p, MASK="*" + mask_t,
                      ML="*fp32", FLAG="*i32", qscale="fp32", mask_fill="fp32")
         consts = dict(D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_M=bm, BLOCK_N=bn,
                       CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
@@ -79,8 +80,11 @@ def attention_jobs():
     for mode in (0, 1, 2):          # W075 "high": fp16 copies of float32 q/k/V, and the fallback
         cfgs = _attention_configs(torch.float32, 64, mode, f16=True)
         for cfg in with_pipeline(cfgs) if mode == 2 else cfgs:
-            add("fp16->fp32 d64", torch.float16, 64, mode, cfg, kmajor=False,
-                out=torch.float32, guard=1)
+            # fp16 output for the fp16 o_proj (float32 probabilities)
+            add("fp16->fp16/fp32 d64", torch.float16, 64, mode, cfg, kmajor=False,
+                out=torch.float16, probs=torch.float32, guard=1)
+        add("fp16->fp32 d64", torch.float16, 64, mode, cfgs[0], kmajor=False,
+            out=torch.float32, guard=1)        # float32 output: no o_proj, or with a bias
         for d in (64, 256):
             for cfg in _FALLBACK_CONFIGS:
                 add(f"fp32 fallback d{d}", torch.float32, d, mode, cfg, kmajor=False, guard=2)
@@ -88,8 +92,8 @@ def attention_jobs():
     for s_len in (131, 256):
         for cfg in _single_pass_candidates(s_len):
             add("fp32 d64", torch.float32, 64, 3, cfg, kmajor=True)
-            add("fp16->fp32 d64", torch.float16, 64, 3, cfg, kmajor=False, out=torch.float32,
-                guard=1)
+            add("fp16->fp16/fp32 d64", torch.float16, 64, 3, cfg, kmajor=False,
+                out=torch.float16, probs=torch.float32, guard=1)
         add("bf16 d128", torch.bfloat16, 128, 3, (64, 256, 8, 1), kmajor=False, causal=True,
             mask=1)
     for mode in (0, 2):                                   # the remaining switches, one config
@@ -112,14 +116,22 @@ def linear_jobs():
         bm, bn, bk, gm, nw, ns = cfg
         tiles = dict(PREC="tf32x3", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm)
         for bias in (False, True):
-            ptr = dict(X="*fp32", W="*fp32", BIAS="*fp32", Y="*fp32")
+            ptr = dict(X="*fp32", W="*fp32", BIAS="*fp32", Y="*fp32", FLAG="*i32")
             jobs.append(_job(f"linear {cfg} bias={bias}", "inductor_gqa.kernels.linear",
-                             "linear_kernel", ptr, dict(HAS_BIAS=bias, sy_n=1, **tiles), nw, ns))
+                             "linear_kernel", ptr,
+                             dict(HAS_BIAS=bias, sy_n=1, GUARD=0, **tiles), nw, ns))
             ptr = {n: "*fp32" for n in ("X", "WQ", "BQ", "YQ", "WK", "BK", "YK", "WV", "BV",
                                         "YV")}
             jobs.append(_job(f"qkv {cfg} bias={bias}", "inductor_gqa.kernels.linear",
                              "qkv_kernel", ptr,
                              dict(HAS_BIAS=bias, sq_n=1, sk_n=1, sv_m=1, **tiles), nw, ns))
+    from inductor_gqa.lower.block import _O_PROJ_FALLBACK   # behind the fp16 o_proj
+    bm, bn, bk, gm, nw, ns = _O_PROJ_FALLBACK
+    jobs.append(_job(f"linear {_O_PROJ_FALLBACK} o_proj fallback guard=2",
+                     "inductor_gqa.kernels.linear", "linear_kernel",
+                     dict(X="*fp32", W="*fp32", BIAS="*fp32", Y="*fp32", FLAG="*i32"),
+                     dict(HAS_BIAS=False, sy_n=1, GUARD=2, PREC="tf32x3", BLOCK_M=bm,
+                          BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm), nw, ns))
     return jobs
 
 
@@ -135,7 +147,7 @@ def epilogue_jobs():
                                        "sin_ptr", "v_ptr")}
         types.update(eps="fp32", eps_k="fp32", q16_ptr="*fp16", k16_ptr="*fp16",
                      v16_ptr="*fp16", flag_ptr="*i32", tok_inv_ptr="*fp32", qf_inv_ptr="*fp32",
-                     kf_inv_ptr="*fp32", vf_inv_ptr="*fp32")
+                     kf_inv_ptr="*fp32", vf_inv_ptr="*fp32", wo_ptr="*fp32", wo16_ptr="*fp16")
         consts = dict(D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm],
                       ROPE=ROPE_CODES[rope], R=r, cs_d=1, F16=f16, SCALED=scaled,
                       STORE32=store32, STORE_V32=store32 and scaled, GUARD=guard,

@@ -249,6 +249,82 @@ def test_f16_copies_tiny_values_fall_back(tf32_allowed, monkeypatch, proj):
     torch.testing.assert_close(out, ref, atol=1e-3 * ref.abs().max().item(), rtol=0)
 
 
+@pytest.mark.parametrize("proj", [False, True])
+def test_fp16_o_proj(tf32_allowed, monkeypatch, proj):
+    """With fp16 copies, o_proj runs on fp16 o and Wo (written by the attention and epilogue
+    launches); INDUCTOR_GQA_FP16_OPROJ=0 keeps it in float32."""
+    if proj:
+        monkeypatch.delenv("INDUCTOR_GQA_FP16_PROJECTIONS")
+    calls = []
+    real = block._o_proj16
+    monkeypatch.setattr(block, "_o_proj16", lambda *a: calls.append(1) or real(*a))
+    spec = _w075_spec(causal=True)
+    t = _inputs(spec, 2, 21, 64, F32)
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    for off in ("1", "0"):
+        monkeypatch.setenv("INDUCTOR_GQA_FP16_OPROJ", "0" if off == "0" else "1")
+        calls.clear()
+        out, p = block.run_block(dict(t), spec)
+        assert len(calls) == (off == "1")
+        _close_high(out, ref, 1e-3 * ref.abs().max().item())
+        _close_high(p, ref_p, 2e-3)
+    t_bias = _inputs(spec, 1, 5, 64, F32, bo=True)
+    assert block._fp16_o_proj(t_bias, spec, t_bias["x"]) is None      # a bias: float32 o_proj
+
+
+@pytest.mark.parametrize("proj", [False, True])
+def test_fp16_o_proj_tiny_output_falls_back(tf32_allowed, monkeypatch, proj):
+    """V rows well inside fp16's range can still average to an output below it: x rows of
+    alternating sign, Wq = 0 (uniform probabilities) and an odd S give o = v0 / S, 2^-13 / 19
+    here. The attention kernel raises the flag and the float32 fallback (attention and o_proj)
+    gives the result; fp16 subnormals would be ~0.5% off."""
+    if proj:
+        monkeypatch.delenv("INDUCTOR_GQA_FP16_PROJECTIONS")
+    spec = _w075_spec()
+    t = _inputs(spec, 1, 19, 64, F32)
+    sign = torch.tensor([(-1.0) ** i for i in range(19)])
+    t["x"] = sign[None, :, None] * t["x"][:, :1]
+    t["wq"] = torch.zeros_like(t["wq"])
+    v0 = t["x"][0, 0] @ t["wv"].t()
+    t["wv"] = t["wv"] * (2.0 ** -13 / v0.abs().max())
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    out, p = block.run_block(dict(t), spec)
+    _close_high(p, ref_p, 2e-3)
+    torch.testing.assert_close(out, ref, atol=1e-3 * ref.abs().max().item(), rtol=0)
+
+
+def test_attention_fp16_output_range_flag():
+    """An fp16 output row below 2^-14 (or at fp16's limit) raises the flag; normal rows do not."""
+    from inductor_gqa.kernels import flash
+    b, s, h, hk, d = 1, 8, 2, 1, 16
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(b * s, n * d, generator=g).half() for n in (h, hk))
+    for scale, raised in ((1.0, False), (2.0 ** -18, True), (7e4, True)):
+        v = torch.full((b * s, hk * d), scale).half()
+        o = torch.full((b, s, h * d), float("nan")).half()
+        flag = torch.zeros(1, dtype=torch.int32)
+        flash.launch((q, (s * h * d, d, h * d)), (k, (s * hk * d, d, hk * d)),
+                     (v, (s * hk * d, d, hk * d, 1)), o, None, None, None, b, s, h, h // hk, d,
+                     1.0, 0.0, False, 0, 0, "ieee", True, 32, 32, 4, 1, flag=flag, guard=1)
+        assert flag.item() == raised, scale
+
+
+def test_linear_guard():
+    from inductor_gqa.kernels import linear as lk
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(40, 24, generator=g), torch.randn(16, 24, generator=g)
+    for flag, runs in ((0, False), (1, True)):
+        y = torch.full((40, 16), float("nan"))
+        lk.launch(x, w, None, y, "tf32x3", 32, 32, 32, 8, 4, 1,
+                  flag=torch.tensor([flag], dtype=torch.int32), guard=2)
+        if runs:
+            torch.testing.assert_close(y, x @ w.t())
+        else:
+            assert torch.isnan(y).all()
+
+
 def test_f16_overflow_flag():
     from inductor_gqa.kernels.qk_epilogue import qk_norm_rope_
     g = torch.Generator().manual_seed(0)

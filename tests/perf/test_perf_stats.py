@@ -192,3 +192,18 @@ def test_merge_takes_each_workload_from_its_run(tmp_path):
                                                                        ("W092", 200.0)]
     assert m["settings"]["merged_from"] == {"W075": str(pa), "W092": str(pb)}
     assert (out / "results.md").exists()
+
+
+def test_merge_takes_one_precision_from_another_run(tmp_path):
+    from perf import merge
+    a = doc([row(gpu=100.0, workload="W075", precision="highest"),
+             row(gpu=50.0, workload="W075", precision="high")])
+    b = doc([row(gpu=40.0, workload="W075", precision="high")])
+    pa, pb, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "out"
+    pa.write_text(json.dumps(a))
+    pb.write_text(json.dumps(b))
+    assert merge.main(["--take", f"W075/highest={pa}", "--take", f"W075/high={pb}",
+                       "-o", str(out)]) == 0
+    m = json.loads((out / "results.json").read_text())
+    assert sorted((r["precision"], r["gpu_us"]) for r in m["rows"]) == [("high", 40.0),
+                                                                        ("highest", 100.0)]
