@@ -6,7 +6,9 @@ Compiles the workload function as the perf job does (same dynamic marking), warm
 profiles ``--calls`` calls and prints every CUDA kernel with its launches per call and mean time,
 and the call's GPU time from CUDA-graph replay, then the config choices measured for the case
 (best three each). ``--options '{"rope_from_positions": false}'``
-compiles the backend with those Options, for A/B runs.
+compiles the backend with those Options, for A/B runs. ``--forms fn,module`` profiles the
+function form, then the nn.Module form, in one process (a choice line printed under the module
+form is a key the function form did not reach).
 """
 
 from __future__ import annotations
@@ -31,31 +33,43 @@ def parse_case(spec: str):
     return getattr(wl, workload), precision or "highest", s, b
 
 
-def compiled(workload, impl, options=None):
-    """One compilation per workload and implementation (B and S symbolic, reused across cases)."""
-    torch._dynamo.reset()
+def compiled(workload, impl, options=None, form="fn"):
+    """One compilation per workload, implementation and form (B and S symbolic, reused across
+    cases) -> make_call(inputs) giving a zero-argument call."""
     if options and impl == "backend":
-        return torch.compile(workload.fn, backend="inductor_gqa", options=options)
-    ctx = bench.implementation(impl)
-    compile_ = ctx.__enter__()          # "install" stays installed for the rest of the run
-    return compile_(workload.fn)
+        def compile_(f):
+            return torch.compile(f, backend="inductor_gqa", options=options)
+    else:
+        ctx = bench.implementation(impl)
+        compile_ = ctx.__enter__()      # "install" stays installed for the rest of the run
+    if form == "fn":
+        target = compile_(workload.fn)
+        return lambda inputs: (lambda: target(**inputs))
+    mod = bench.make_module(workload, "cuda")
+    target = compile_(mod)
+
+    def make_call(inputs):
+        args = bench.load_module(mod, workload, inputs)
+        return lambda: target(*args)
+    return make_call
 
 
-def profile_case(fn, workload, precision, s, b, impl, dynamic, calls):
+def profile_case(make_call, workload, precision, s, b, impl, dynamic, calls):
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     torch.set_float32_matmul_precision(precision)
     inputs = bench.make_inputs(workload, s, b, "cuda", seed=0)
     if impl != "eager":
         bench.mark_dynamic(inputs, workload, dynamic)
+    call = make_call(inputs)
     for _ in range(3):
-        fn(**inputs)
+        call()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
-            fn(**inputs)
+            call()
         torch.cuda.synchronize()
-    gpu_us = bench.graph_time_us(lambda: fn(**inputs), replays=10, blocks=3)[0]
+    gpu_us = bench.graph_time_us(call, replays=10, blocks=3)[0]
     per = collections.OrderedDict()
     for e in prof.events():
         if e.device_type != DeviceType.CUDA:
@@ -74,34 +88,42 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=5)
     p.add_argument("--options", default="", help="JSON dict of inductor_gqa Options fields")
     p.add_argument("--out", default="")
+    p.add_argument("--forms", default="fn", help="comma list of fn,module (the perf job's forms)")
     a = p.parse_args(argv)
     report = {}
     fns = {}
     seen = set()
-    for spec in a.cases.split(","):
-        workload, precision, s, b = parse_case(spec)
-        if workload.name not in fns:
-            fns[workload.name] = compiled(workload, a.impl,
-                                          json.loads(a.options) if a.options else None)
-        rows, gpu_us = profile_case(fns[workload.name], workload, precision, s, b, a.impl,
-                                    a.dynamic, a.calls)
-        report[spec] = dict(gpu_us=gpu_us, kernels=rows)
-        total = sum(r["us"] for r in rows)
-        print(f"\n== {spec} ({a.impl} {a.options}): GPU time {gpu_us:.1f} us (graph replay), "
-              f"{sum(r['per_call'] for r in rows):.0f} kernels, {total:.1f} us summed kernel time")
-        for r in rows:
-            print(f"  {r['per_call']:4.1f}x {r['us']:8.1f} us  {r['kernel']}")
-        for key, timed in tuning.TIMINGS.items():
-            if key not in seen:     # choices measured for this case: the best three
-                seen.add(key)
-                best = ", ".join(f"{c}: {ms * 1e3:.1f} us" for c, ms in timed[:3])
-                print(f"  choice {key}: {best}")
-                report[spec].setdefault("choices", {})[str(key)] = [(str(c), ms * 1e3)
-                                                                     for c, ms in timed]
+    torch._dynamo.reset()
+    for form in a.forms.split(","):
+        for spec in a.cases.split(","):
+            _one(a, form, spec, fns, seen, report)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(report, f, indent=1)
     return 0
+
+
+def _one(a, form, spec, fns, seen, report):
+    workload, precision, s, b = parse_case(spec)
+    if (workload.name, form) not in fns:
+        fns[workload.name, form] = compiled(workload, a.impl,
+                                            json.loads(a.options) if a.options else None, form)
+    rows, gpu_us = profile_case(fns[workload.name, form], workload, precision, s, b, a.impl,
+                                a.dynamic, a.calls)
+    spec = f"{spec} {form}" if form != "fn" else spec
+    report[spec] = dict(gpu_us=gpu_us, kernels=rows)
+    total = sum(r["us"] for r in rows)
+    print(f"\n== {spec} ({a.impl} {a.options}): GPU time {gpu_us:.1f} us (graph replay), "
+          f"{sum(r['per_call'] for r in rows):.0f} kernels, {total:.1f} us summed kernel time")
+    for r in rows:
+        print(f"  {r['per_call']:4.1f}x {r['us']:8.1f} us  {r['kernel']}")
+    for key, timed in tuning.TIMINGS.items():
+        if key not in seen:     # choices measured for this case: the best three
+            seen.add(key)
+            best = ", ".join(f"{c}: {ms * 1e3:.1f} us" for c, ms in timed[:3])
+            print(f"  choice {key}: {best}")
+            report[spec].setdefault("choices", {})[str(key)] = [(str(c), ms * 1e3)
+                                                                 for c, ms in timed]
 
 
 if __name__ == "__main__":
