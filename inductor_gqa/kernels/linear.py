@@ -32,14 +32,12 @@ def _grouped(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: t
 
 
 @triton.jit
-def _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
-          HAS_BIAS: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
-          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+def _mainloop(X, W, offs_m, offs_n, m_ok, n_ok, K, sx_m, sw_n, PREC: tl.constexpr,
+              UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_K: tl.constexpr):
+    """x[offs_m] @ w[offs_n]^T over K (both K-contiguous), fp32 accumulation. ``UPCAST``: 16-bit
+    operands multiplied as fp32 (the interpreter's 16-bit dot is not exact)."""
     offs_k = tl.arange(0, BLOCK_K)
-    m_ok = offs_m < M
-    n_ok = offs_n < N
     x_ptrs = X + offs_m[:, None].to(tl.int64) * sx_m + offs_k[None, :]
     w_ptrs = W + offs_n[:, None].to(tl.int64) * sw_n + offs_k[None, :]
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
@@ -47,9 +45,25 @@ def _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
         k_ok = (offs_k + k0) < K
         x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+        if UPCAST:
+            x = x.to(tl.float32)
+            w = w.to(tl.float32)
         acc = tl.dot(x, tl.trans(w), acc, input_precision=PREC)
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
+    return acc
+
+
+@triton.jit
+def _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
+          HAS_BIAS: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = offs_m < M
+    n_ok = offs_n < N
+    acc = _mainloop(X, W, offs_m, offs_n, m_ok, n_ok, K, sx_m, sw_n, PREC, False, BLOCK_M,
+                    BLOCK_N, BLOCK_K)
     if HAS_BIAS:
         acc += tl.load(BIAS + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     y_ptrs = Y + offs_m[:, None].to(tl.int64) * sy_m + offs_n[None, :].to(tl.int64) * sy_n

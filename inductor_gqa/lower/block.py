@@ -27,9 +27,9 @@ import os
 import torch
 import torch.nn.functional as F
 
-from ..kernels import flash, fp16_rows, tuning
+from ..kernels import flash, fp16_rows, qkv_fused, tuning
 from ..kernels import linear as linear_kernels
-from ..kernels.qk_epilogue import qk_norm_rope_
+from ..kernels.qk_epilogue import NORM_CODES, ROPE_CODES, copy16_checked, qk_norm_rope_
 from ..kernels.rope_table import rope_tables
 from .linear import linear, qkv
 from ..plan.spec import BlockSpec
@@ -166,6 +166,30 @@ def f16_projections_offered(t, x) -> bool:
     return not x.is_cuda or _mm_fp32_out_ok(x.device)
 
 
+def f16_fused_offered(t, x, spec) -> bool:
+    """Opt-in (INDUCTOR_GQA_FUSED_PROJECTIONS=1), not yet measured on a GPU: the ``f16fused``
+    plan, f16proj with the GEMM and the norm/RoPE epilogue in one Triton launch
+    (``kernels/qkv_fused.py``). Needs what f16proj needs, a power-of-two head_dim of at least 16
+    and rotary_dim == head_dim."""
+    d = spec.head_dim
+    return (os.environ.get("INDUCTOR_GQA_FUSED_PROJECTIONS", "0") == "1"
+            and f16_projections_offered(t, x) and d >= 16 and d & (d - 1) == 0
+            and (spec.rope == "none" or spec.rotary_dim == d))
+
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps, stages) of the fused projection; BLOCK_N whole heads
+_QKV16_CONFIGS = [(128, 64, 64, 8, 4, 3), (128, 128, 64, 8, 8, 3), (64, 64, 64, 8, 4, 4),
+                  (128, 128, 64, 8, 8, 4), (64, 128, 64, 8, 4, 3), (128, 256, 64, 8, 8, 3)]
+
+
+def _qkv16_configs(d, nq, nk, nv):
+    if tuning.interpreting():
+        return [(32, d, 32, 8, 4, 1)]
+    return [c for c in _QKV16_CONFIGS if c[1] % d == 0 and not (nq % c[1] or nk % c[1]
+                                                                 or nv % c[1])] \
+        or [(64, d, 64, 8, 4, 3)]
+
+
 _MM_OK: dict = {}
 
 
@@ -257,6 +281,8 @@ def _run(t, spec):
     plans = ["f16", "native"]
     if f16_projections_offered(t, x):
         plans.insert(0, "f16proj")
+    if f16_fused_offered(t, x, spec):
+        plans.insert(0, "f16fused")
     plan = tuning.pick(key + (tuple(plans),), plans, lambda p: _run_plan(t, spec, p, *args))
     return _run_plan(t, spec, plan, *args)
 
@@ -267,6 +293,8 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     if plan == "f16proj":
         return _run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec)
+    if plan == "f16fused":
+        return _run_f16fused(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec)
     dt = x.dtype
     f16 = plan == "f16"
     # 1. projections (cuBLAS, bias fused; one 3xTF32 Triton launch for fp32 "highest" where it
@@ -341,15 +369,8 @@ def _run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, p
     x = t["x"]
     b, s, e = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-    x2d = x.reshape(-1, e).contiguous()
-    ws = [t[n].contiguous() for n in ("wq", "wk", "wv")]
-    nq, nk, nv = (w.shape[0] for w in ws)
     # the three weights' copies are row blocks of one operand: one GEMM for q, k and v
-    w16 = torch.empty((nq + nk + nv, e), device=x.device, dtype=torch.float16)
-    w_inv = torch.empty((nq + nk + nv,), device=x.device, dtype=torch.float32)
-    cuts = ((0, nq), (nq, nq + nk), (nq + nk, nq + nk + nv))
-    (x16, x_inv), *_ = fp16_rows.scale_rows(
-        [x2d] + ws, [None] + [(w16[a:z], w_inv[a:z]) for a, z in cuts])
+    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]])
     q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
     # scaled float32 products [B*S, Nq+Nk+Nv]: q, k, v are its column slices; the epilogue
     # multiplies by x_inv (per token) and w_inv (per feature)
@@ -371,6 +392,55 @@ def _run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, p
 
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,
                          out16=o16[0] if o16 else None, before_fallback=finish_fp32)
+    return _o_proj(t, spec, o, probs, prec, o16, copies)
+
+
+def _scaled_fp16_operands(x, ws):
+    """x [B, S, E] and the weights as fp16 copies with exact power-of-two row scales:
+    (x16 [B*S, E], x_inv, w16 [sum N, E], w_inv, cuts) with the weights as row blocks of w16."""
+    e = x.shape[-1]
+    x2d = x.reshape(-1, e).contiguous()
+    ws = [w.contiguous() for w in ws]
+    n = [w.shape[0] for w in ws]
+    w16 = torch.empty((sum(n), e), device=x.device, dtype=torch.float16)
+    w_inv = torch.empty((sum(n),), device=x.device, dtype=torch.float32)
+    cuts = ((0, n[0]), (n[0], n[0] + n[1]), (n[0] + n[1], sum(n)))
+    (x16, x_inv), *_ = fp16_rows.scale_rows(
+        [x2d] + ws, [None] + [(w16[a:z], w_inv[a:z]) for a, z in cuts])
+    return x16, x_inv, w16, w_inv, cuts
+
+
+def _run_f16fused(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec):
+    """f16proj with the projection GEMM and the norm/RoPE epilogue in one Triton launch writing
+    the fp16 copies (``f16_fused_offered``); the float32 fallback's q, k, v come from the same
+    kernel, guarded, after the fp16 attention launches."""
+    x = t["x"]
+    b, s, _ = x.shape
+    d = spec.head_dim
+    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]])
+    nq, nk, nv = (z - a for a, z in cuts)
+    m = b * s
+    copies = tuple(torch.empty((m, n), device=x.device, dtype=torch.float16)
+                   for n in (nq, nk, nv)) + (torch.zeros((1,), device=x.device,
+                                                         dtype=torch.int32),)
+    flag = copies[3]
+    o16 = _fp16_o_proj(t, spec, x)
+    if o16:
+        copy16_checked(o16[1], o16[2], flag, d)
+    norm, rope = NORM_CODES[spec.norm], ROPE_CODES[spec.rope]
+
+    def proj(outs, cfg, **kw):
+        qkv_fused.launch(x16, x_inv, w16, w_inv, nq, nk, nv, outs, flag, t["q_norm_weight"],
+                         t["k_norm_weight"], eps_value, eps_k_value, cos, sin, s, d, norm, rope,
+                         cfg, upcast=tuning.interpreting(), **kw)
+
+    key = ("qkv16", tuning.bucket(m), nq, nk, nv, x.shape[-1], d, norm, rope)
+    cfg = tuning.pick(key, _qkv16_configs(d, nq, nk, nv), lambda c: proj(copies[:3], c))
+    proj(copies[:3], cfg)
+    q, k, v = (torch.empty((m, n), device=x.device, dtype=torch.float32) for n in (nq, nk, nv))
+    o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,
+                         out16=o16[0] if o16 else None,
+                         before_fallback=lambda: proj((q, k, v), cfg, out32=True, guard=2))
     return _o_proj(t, spec, o, probs, prec, o16, copies)
 
 

@@ -135,6 +135,31 @@ def linear_jobs():
     return jobs
 
 
+def fused_projection_jobs():
+    from inductor_gqa.lower.block import _QKV16_CONFIGS
+
+    jobs = []
+    ptr = dict(X16="*fp16", W16="*fp16", X_INV="*fp32", W_INV="*fp32", FLAG="*i32",
+               QW="*fp32", KW="*fp32", COS="*fp32", SIN="*fp32", eps="fp32", eps_k="fp32")
+    for d, norm, rope, cfgs in ((64, 0, 1, _QKV16_CONFIGS), (128, 1, 2, _QKV16_CONFIGS[:2]),
+                                (64, 3, 1, _QKV16_CONFIGS[:1])):
+        for cfg in cfgs:
+            if cfg[1] % d:
+                continue
+            bm, bn, bk, gm, nw, ns = cfg
+            for out32 in (False, True):
+                o = "*fp32" if out32 else "*fp16"
+                jobs.append(_job(f"qkv_fp16 d{d} norm={norm} rope={rope} {cfg} out32={out32}",
+                                 "inductor_gqa.kernels.qkv_fused", "qkv_fp16_kernel",
+                                 dict(ptr, Q=o, K_=o, V=o),
+                                 dict(D=d, NORM=norm, ROPE=rope, OUT32=out32,
+                                      GUARD=2 if out32 else 0, UPCAST=False, cs_d=1,
+                                      BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm), nw, ns))
+    jobs.append(_job("copy16 d64", "inductor_gqa.kernels.qk_epilogue", "copy16_kernel",
+                     dict(X="*fp32", Y="*fp16", FLAG="*i32"), dict(D=64, BLOCK_D=64, ROWS=64), 4))
+    return jobs
+
+
 def epilogue_jobs():
     from inductor_gqa.kernels.qk_epilogue import NORM_CODES, ROPE_CODES
 
@@ -277,7 +302,7 @@ def same_as(rev: str, pattern: str = "") -> int:
 
     same = differ = skipped = 0
     with tempfile.TemporaryDirectory() as tmpdir:
-        for job in attention_jobs() + linear_jobs() + epilogue_jobs():
+        for job in attention_jobs() + linear_jobs() + epilogue_jobs() + fused_projection_jobs():
             if pattern not in job[0]:
                 continue
             old, why = _job_at(job, rev, tmpdir)
@@ -322,7 +347,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     if a.same_as:
         return same_as(a.same_as, a.inspect)
-    jobs = attention_jobs() + linear_jobs() + epilogue_jobs()
+    jobs = attention_jobs() + linear_jobs() + epilogue_jobs() + fused_projection_jobs()
     if a.inspect:
         for job in jobs:
             if a.inspect in job[0]:

@@ -613,3 +613,73 @@ def test_runtime_scale_and_eps(scale_op):
     # the runtime values matter: other values, other results
     t2 = dict(t, runtime_eps=torch.tensor(0.5))
     assert not torch.allclose(block.run_block(dict(t2), spec)[0], out)
+
+
+@pytest.fixture
+def fused_projections(monkeypatch, tf32_allowed):
+    monkeypatch.delenv("INDUCTOR_GQA_FP16_PROJECTIONS")
+    monkeypatch.setenv("INDUCTOR_GQA_FUSED_PROJECTIONS", "1")
+
+
+@pytest.mark.parametrize("norm,rope,heads_per_tile,causal,probs", [
+    ("none", "half", 1, False, True), ("fp32_weight", "half", 2, True, True),
+    ("fp32_one_plus_weight", "interleaved", 1, False, False),
+    ("cast_weight", "none", 2, True, False), ("fp32_weight", "interleaved", 2, False, True)])
+def test_f16_fused_projections(fused_projections, monkeypatch, norm, rope, heads_per_tile,
+                               causal, probs):
+    """Opt-in f16fused plan: GEMM + norm + RoPE in one launch on scaled fp16 operands (first
+    plan under the interpreter); tiles of one or two whole heads."""
+    d = 16
+    monkeypatch.setattr(block, "_qkv16_configs",
+                        lambda *a: [(32, d * heads_per_tile, 32, 8, 4, 1)])
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=d, norm=norm, eps=1e-6, rope=rope,
+                     rotary_dim=d if rope != "none" else 0, core="explicit", scale=d ** -0.5,
+                     causal=causal, return_probs=probs)
+    t = _inputs(spec, 2, 19, 64, F32, cos_mode="table" if rope == "interleaved" else "freq")
+    assert block.f16_fused_offered(t, t["x"], spec)
+    calls = []
+    real = block._run_f16fused
+    monkeypatch.setattr(block, "_run_f16fused", lambda *a: calls.append(1) or real(*a))
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    out, p = block.run_block(dict(t), spec)
+    assert calls
+    _close_high(out, ref, 1e-3 * ref.abs().max().item())
+    if probs:
+        _close_high(p, ref_p, 2e-3)
+
+
+@pytest.mark.parametrize("how", ["over", "tiny_v"])
+def test_f16_fused_projections_fall_back(fused_projections, how):
+    """The flag raised by the fused launch (k beyond fp16 through the norm weight, or V below
+    its normal range) sends the block to the float32 kernels, whose q, k, v the same launch
+    writes in float32 when guarded."""
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, norm="fp32_weight", eps=1e-6,
+                     rope="half", rotary_dim=16, core="explicit", scale=1.0, return_probs=True)
+    t = _inputs(spec, 2, 13, 64, F32)
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    if how == "over":
+        t.update(k_norm_weight=t["k_norm_weight"] * 2.0 ** 18,
+                 q_norm_weight=t["q_norm_weight"] * 2.0 ** -18)
+    else:
+        t["wv"] = t["wv"] * 2.0 ** -20
+        with torch.no_grad():
+            ref, ref_p = attention_block_reference(**t, spec=spec)
+    out, p = block.run_block(dict(t), spec)
+    assert torch.isfinite(out).all() and torch.isfinite(p).all()
+    _close_high(p, ref_p, 2e-3)
+    torch.testing.assert_close(out, ref, atol=1e-3 * ref.abs().max().item(), rtol=0)
+
+
+def test_f16_fused_not_offered():
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, rope="half", rotary_dim=8,
+                     core="explicit", scale=1.0)
+    t = _inputs(spec, 1, 5, 64, F32)
+    assert not block.f16_fused_offered(t, t["x"], spec)      # not opted in
+    import os
+    os.environ["INDUCTOR_GQA_FUSED_PROJECTIONS"] = "1"
+    try:
+        assert not block.f16_fused_offered(t, t["x"], spec)  # partial rotary
+    finally:
+        del os.environ["INDUCTOR_GQA_FUSED_PROJECTIONS"]
