@@ -97,7 +97,15 @@ def _attention_candidates(dtype, d, mode, f16=False):
         # flash.py's PIPELINE: measured on the H200, it wins the probabilities pass at ragged S
         # (449x16: 199 -> 176 us) and with fp16 operands at large S; never the stats pass
         return cfgs + [c + ("pipeline",) for c in cfgs]
+    if mode == 1 and fma_exp_offered():
+        return cfgs + [c + ("fma_exp",) for c in cfgs]
     return cfgs
+
+
+def fma_exp_offered() -> bool:
+    """Opt-in (INDUCTOR_GQA_FMA_EXP=1), not yet measured on a GPU: the stats pass's configs also
+    with flash.py's FMA_EXP (half of the exponentials as a polynomial on the FMA pipe)."""
+    return os.environ.get("INDUCTOR_GQA_FMA_EXP", "0") == "1"
 
 
 def _attention_configs(dtype, d, mode, f16=False):
@@ -497,7 +505,8 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         dst = out16 if out16 is not None and ops is main else o
         flash.launch(qs, ks, vs, dst, probs, mask, ml, b, s, h, spec.groups, d, scale,
                      spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns,
-                     v_kmajor=kmajor, pipeline="pipeline" in cfg, flag=flag, guard=guard)
+                     v_kmajor=kmajor, pipeline="pipeline" in cfg, flag=flag, guard=guard,
+                     fma_exp="fma_exp" in cfg)
         return o
 
     def run_fallback(mode, probs=None, ml=None):
@@ -524,7 +533,8 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
 
     def two_pass():
-        c1 = tuning.pick(base_key + (1,), _attention_candidates(dt, d, 1, f16_cfgs),
+        c1 = tuning.pick(base_key + (1,) + (("fma_exp",) if fma_exp_offered() else ()),
+                         _attention_candidates(dt, d, 1, f16_cfgs),
                          lambda c: run(1, c, None, ml))
         run(1, c1, None, ml)        # pass 2 is measured on real statistics
         c2 = tuning.pick(base_key + (2,), _attention_candidates(dt, d, 2, f16_cfgs),

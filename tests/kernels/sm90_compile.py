@@ -47,7 +47,7 @@ def attention_jobs():
     jobs = []
 
     def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0, out=None,
-            guard=0, probs=None):
+            guard=0, probs=None, fma_exp=False):
         bm, bn, nw, ns = cfg[:4]
         pipeline = "pipeline" in cfg
         t = TY[str(dt).split(".")[-1]]
@@ -58,11 +58,12 @@ def attention_jobs():
                      ML="*fp32", FLAG="*i32", qscale="fp32", mask_fill="fp32")
         consts = dict(D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_M=bm, BLOCK_N=bn,
                       CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
-                      PIPELINE=pipeline, GUARD=guard,
+                      PIPELINE=pipeline, GUARD=guard, FMA_EXP=fma_exp,
                       V_KMAJOR=kmajor, **({"sv_s": 1} if kmajor else {"sv_d": 1}))
         jobs.append(_job(f"attention {tag} mode{mode} {cfg[:4]} {prec} causal={causal} "
                          f"mask={mask}" + (" pipeline" if pipeline else "")
-                         + (f" guard={guard}" if guard else ""),
+                         + (f" guard={guard}" if guard else "")
+                         + (" fma_exp" if fma_exp else ""),
                          "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
                          nw, ns))
 
@@ -96,6 +97,14 @@ def attention_jobs():
                 out=torch.float16, probs=torch.float32, guard=1)
         add("bf16 d128", torch.bfloat16, 128, 3, (64, 256, 8, 1), kmajor=False, causal=True,
             mask=1)
+    # opt-in FMA_EXP (stats pass): the fp16-copies configs, and one float32 and one bf16 config
+    for cfg in _attention_configs(torch.float32, 64, 1, f16=True):
+        add("fp16->fp16/fp32 d64", torch.float16, 64, 1, cfg, kmajor=False, out=torch.float16,
+            probs=torch.float32, guard=1, fma_exp=True)
+    add("fp32 d64", torch.float32, 64, 1, _attention_configs(torch.float32, 64, 1)[0],
+        kmajor=True, fma_exp=True)
+    add("bf16 d128", torch.bfloat16, 128, 1, (128, 64, 8, 3), kmajor=False, causal=True,
+        fma_exp=True)
     for mode in (0, 2):                                   # the remaining switches, one config
         for mask in (1, 2, 3):
             for causal in (False, True):

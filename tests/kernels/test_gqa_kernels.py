@@ -19,6 +19,9 @@ from inductor_gqa.op.reference import attention_block_reference  # noqa: E402
 from inductor_gqa.plan.spec import BlockSpec  # noqa: E402
 from inductor_gqa.lower import block  # noqa: E402
 from inductor_gqa.workloads import check  # noqa: E402
+from inductor_gqa.kernels.flash import _exp2_fma  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 
 def _inputs(spec: BlockSpec, b, s, e, dtype, *, bias=False, wo=True, bo=False, cos_mode="freq",
@@ -683,3 +686,52 @@ def test_f16_fused_not_offered():
         assert not block.f16_fused_offered(t, t["x"], spec)  # partial rotary
     finally:
         del os.environ["INDUCTOR_GQA_FUSED_PROJECTIONS"]
+
+
+@triton.jit
+def _exp2_fma_probe(Z, R, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(R + offs, _exp2_fma(tl.load(Z + offs)))
+
+
+def test_exp2_fma_polynomial():
+    """flash._exp2_fma: 2^z within MUFU-like error for z in (-125, 0], 0 below, NaN kept."""
+    k = _exp2_fma_probe
+
+    z = torch.cat([-torch.rand(4000, generator=torch.Generator().manual_seed(0)) * 130,
+                   torch.tensor([0.0, -0.5, -1.0, -124.9, -125.0, -126.0, float("-inf"),
+                                 float("nan")]), torch.zeros(88)])
+    r = torch.empty_like(z)
+    k[(1,)](z, r, N=z.numel())
+    exact = torch.exp2(z.double())
+    fine = z > -125
+    rel = ((r.double()[fine] - exact[fine]).abs() / exact[fine]).max().item()
+    assert rel < 3e-7, rel
+    assert torch.all(r[(z < -125) & ~z.isnan()] == 0) and r[z.isnan()].isnan().all()
+
+
+@pytest.mark.parametrize("causal,mask", [(False, 0), (True, 0), (False, 3)])
+def test_stats_pass_fma_exp(causal, mask):
+    """MODE 1 with FMA_EXP gives the row max exactly and the row sum within 1e-6 relative."""
+    from inductor_gqa.kernels import flash
+    b, s, h, hk, d = 1, 40, 2, 1, 16
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(b * s, n * d, generator=g) for n in (h, hk, hk))
+    m = (torch.randn(b, 1, s, s, generator=g) * 3).expand(b, h, s, s) if mask else None
+    outs = []
+    for fma in (False, True):
+        ml = torch.full((b * h * s * 2,), float("nan"))
+        o = torch.empty((b, s, h * d))
+        flash.launch((q, (s * h * d, d, h * d)), (k, (s * hk * d, d, hk * d)),
+                     (v, (s * hk * d, d, hk * d, 1)), o, None, m, ml, b, s, h, h // hk, d,
+                     0.25, 0.0, causal, mask, 1, "ieee", False, 16, 32, 4, 1, fma_exp=fma)
+        outs.append(ml.view(-1, 2))
+    torch.testing.assert_close(outs[1][:, 0], outs[0][:, 0], rtol=0, atol=0)
+    torch.testing.assert_close(outs[1][:, 1], outs[0][:, 1], rtol=1e-6, atol=0)
+
+
+def test_fma_exp_candidates(monkeypatch):
+    monkeypatch.setenv("INDUCTOR_GQA_FMA_EXP", "1")
+    assert any("fma_exp" in c for c in block._attention_candidates(F32, 64, 1))
+    monkeypatch.delenv("INDUCTOR_GQA_FMA_EXP")
+    assert not any("fma_exp" in c for c in block._attention_candidates(F32, 64, 1))
