@@ -15,7 +15,7 @@ rotary_dim == head_dim, cos/sin from [B, S, D] tables), then stores
 
 Against cuBLAS plus the separate norm/RoPE launch this saves writing and re-reading the float32
 GEMM output ([M, Nq+Nk+Nv], 50 MB at 512x16) and one launch; whether Triton's GEMM loses more than
-that is measured (the ``f16fused`` plan in lower/block.py, opt-in until measured on a GPU).
+that is measured (the ``f16fused`` plan in lower/fp16_plans.py, opt-in until measured on a GPU).
 """
 
 from __future__ import annotations

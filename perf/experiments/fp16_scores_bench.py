@@ -15,7 +15,7 @@ import statistics
 import torch
 
 from inductor_gqa.kernels import flash, tuning
-from inductor_gqa.lower import block
+from inductor_gqa.lower import attention as lower_attention
 
 H, HK, D = 16, 4, 64
 
@@ -78,7 +78,7 @@ def main():
             for mode in (1, 2):
                 if mode == 1 and name == "f16qkv":
                     continue
-                cfgs = block._attention_configs(torch.float32, D, mode)
+                cfgs = lower_attention._attention_configs(torch.float32, D, mode)
                 if name != "tf32":
                     cfgs = cfgs + [(128, 128, 8, 3), (128, 64, 8, 4), (256, 64, 8, 2),
                                    (128, 256, 8, 2)]

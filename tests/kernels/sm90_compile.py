@@ -42,7 +42,7 @@ def _job(name, module, kernel, types, consts, warps, stages=3):
 def attention_jobs():
     import torch
 
-    from inductor_gqa.lower.block import _FALLBACK_CONFIGS, _attention_configs
+    from inductor_gqa.lower.attention import _FALLBACK_CONFIGS, _attention_configs
 
     jobs = []
 
@@ -89,7 +89,7 @@ def attention_jobs():
         for d in (64, 256):
             for cfg in _FALLBACK_CONFIGS:
                 add(f"fp32 fallback d{d}", torch.float32, d, mode, cfg, kmajor=False, guard=2)
-    from inductor_gqa.lower.block import _single_pass_candidates
+    from inductor_gqa.lower.attention import _single_pass_candidates
     for s_len in (131, 256):
         for cfg in _single_pass_candidates(s_len):
             add("fp32 d64", torch.float32, 64, 3, cfg, kmajor=True)
@@ -134,7 +134,7 @@ def linear_jobs():
             jobs.append(_job(f"qkv {cfg} bias={bias}", "inductor_gqa.kernels.linear",
                              "qkv_kernel", ptr,
                              dict(HAS_BIAS=bias, sq_n=1, sk_n=1, sv_m=1, **tiles), nw, ns))
-    from inductor_gqa.lower.block import _O_PROJ_FALLBACK   # behind the fp16 o_proj
+    from inductor_gqa.lower.fp16_plans import _O_PROJ_FALLBACK   # behind the fp16 o_proj
     bm, bn, bk, gm, nw, ns = _O_PROJ_FALLBACK
     jobs.append(_job(f"linear {_O_PROJ_FALLBACK} o_proj fallback guard=2",
                      "inductor_gqa.kernels.linear", "linear_kernel",
@@ -145,7 +145,7 @@ def linear_jobs():
 
 
 def fused_projection_jobs():
-    from inductor_gqa.lower.block import _QKV16_CONFIGS
+    from inductor_gqa.lower.fp16_plans import _QKV16_CONFIGS
 
     jobs = []
     ptr = dict(X16="*fp16", W16="*fp16", X_INV="*fp32", W_INV="*fp32", FLAG="*i32",

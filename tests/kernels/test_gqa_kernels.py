@@ -17,7 +17,7 @@ def kernels_on_cpu(monkeypatch):
 from inductor_gqa.op import call_attention_block  # noqa: E402
 from inductor_gqa.op.reference import attention_block_reference  # noqa: E402
 from inductor_gqa.plan.spec import BlockSpec  # noqa: E402
-from inductor_gqa.lower import block  # noqa: E402
+from inductor_gqa.lower import attention as attn, block, fp16_plans  # noqa: E402
 from inductor_gqa.workloads import check  # noqa: E402
 from inductor_gqa.kernels.flash import _exp2_fma  # noqa: E402
 import triton  # noqa: E402
@@ -114,7 +114,7 @@ def test_w075_like(s, causal):
 def test_pipelined_scores(monkeypatch, dtype, causal, mask, probs, s):
     # flash.PIPELINE (next tile's q @ k^T issued before this tile's softmax): a candidate of the
     # probabilities pass on the GPU; here every pass is made to take it
-    monkeypatch.setattr(block, "_attention_candidates",
+    monkeypatch.setattr(attn, "_attention_candidates",
                         lambda *a, **k: [(32, 32, 4, 1, "pipeline")])
     spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, core="explicit", scale=0.25,
                      scale_op="mul", causal=causal, mask=mask, mask_fill=-1e4,
@@ -124,8 +124,8 @@ def test_pipelined_scores(monkeypatch, dtype, causal, mask, probs, s):
 
 def test_sdpa_choice_output_is_returned(monkeypatch):
     """When the library SDPA wins a bucket its own output tensor is the block's attention output."""
-    monkeypatch.setattr(block, "_attention_candidates", lambda *a, **k: [])
-    monkeypatch.setattr(block, "_sdpa_ok", lambda *a: True)
+    monkeypatch.setattr(attn, "_attention_candidates", lambda *a, **k: [])
+    monkeypatch.setattr(attn, "_sdpa_ok", lambda *a: True)
     spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, core="sdpa", scale=0.25,
                      causal=True)
     _compare(spec, 2, 19, 64, BF16)
@@ -137,10 +137,10 @@ def test_sdpa_choice_output_is_returned(monkeypatch):
 def test_single_pass_probabilities(monkeypatch, dtype, causal, mask, s, high):
     """flash.py's MODE 3 (whole row in one key tile): a candidate for S <= 256, the first one
     under the interpreter."""
-    assert block._single_pass_candidates(s)[0][1] >= s
-    assert not block._single_pass_candidates(257)
+    assert attn._single_pass_candidates(s)[0][1] >= s
+    assert not attn._single_pass_candidates(257)
     monkeypatch.setenv("INDUCTOR_GQA_SINGLE_PASS", "0")
-    assert not block._single_pass_candidates(s)
+    assert not attn._single_pass_candidates(s)
     monkeypatch.delenv("INDUCTOR_GQA_SINGLE_PASS")
     old = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high" if high else "highest")   # fp16 copies or not
@@ -259,8 +259,8 @@ def test_fp16_o_proj(tf32_allowed, monkeypatch, proj):
     if proj:
         monkeypatch.delenv("INDUCTOR_GQA_FP16_PROJECTIONS")
     calls = []
-    real = block._o_proj16
-    monkeypatch.setattr(block, "_o_proj16", lambda *a: calls.append(1) or real(*a))
+    real = fp16_plans._o_proj16
+    monkeypatch.setattr(fp16_plans, "_o_proj16", lambda *a: calls.append(1) or real(*a))
     spec = _w075_spec(causal=True)
     t = _inputs(spec, 2, 21, 64, F32)
     with torch.no_grad():
@@ -273,7 +273,7 @@ def test_fp16_o_proj(tf32_allowed, monkeypatch, proj):
         _close_high(out, ref, 1e-3 * ref.abs().max().item())
         _close_high(p, ref_p, 2e-3)
     t_bias = _inputs(spec, 1, 5, 64, F32, bo=True)
-    assert block._fp16_o_proj(t_bias, spec, t_bias["x"]) is None      # a bias: float32 o_proj
+    assert fp16_plans.fp16_o_proj(t_bias, spec, t_bias["x"]) is None      # a bias: float32 o_proj
 
 
 @pytest.mark.parametrize("proj", [False, True])
@@ -633,7 +633,7 @@ def test_f16_fused_projections(fused_projections, monkeypatch, norm, rope, heads
     """Opt-in f16fused plan: GEMM + norm + RoPE in one launch on scaled fp16 operands (first
     plan under the interpreter); tiles of one or two whole heads."""
     d = 16
-    monkeypatch.setattr(block, "_qkv16_configs",
+    monkeypatch.setattr(fp16_plans, "_qkv16_configs",
                         lambda *a: [(32, d * heads_per_tile, 32, 8, 4, 1)])
     spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=d, norm=norm, eps=1e-6, rope=rope,
                      rotary_dim=d if rope != "none" else 0, core="explicit", scale=d ** -0.5,
@@ -641,8 +641,8 @@ def test_f16_fused_projections(fused_projections, monkeypatch, norm, rope, heads
     t = _inputs(spec, 2, 19, 64, F32, cos_mode="table" if rope == "interleaved" else "freq")
     assert block.f16_fused_offered(t, t["x"], spec)
     calls = []
-    real = block._run_f16fused
-    monkeypatch.setattr(block, "_run_f16fused", lambda *a: calls.append(1) or real(*a))
+    real = fp16_plans.run_f16fused
+    monkeypatch.setattr(fp16_plans, "run_f16fused", lambda *a: calls.append(1) or real(*a))
     with torch.no_grad():
         ref, ref_p = attention_block_reference(**t, spec=spec)
     out, p = block.run_block(dict(t), spec)
@@ -732,6 +732,6 @@ def test_stats_pass_fma_exp(causal, mask):
 
 def test_fma_exp_candidates(monkeypatch):
     monkeypatch.setenv("INDUCTOR_GQA_FMA_EXP", "1")
-    assert any("fma_exp" in c for c in block._attention_candidates(F32, 64, 1))
+    assert any("fma_exp" in c for c in attn._attention_candidates(F32, 64, 1))
     monkeypatch.delenv("INDUCTOR_GQA_FMA_EXP")
-    assert not any("fma_exp" in c for c in block._attention_candidates(F32, 64, 1))
+    assert not any("fma_exp" in c for c in attn._attention_candidates(F32, 64, 1))

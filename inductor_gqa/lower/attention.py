@@ -1,0 +1,204 @@
+"""Attention core of the block: the flash kernel's candidate configs per pass and its launches
+(fp16-copies launches with their guarded float32 fallback, MODE 3 or the stats/probabilities pair,
+or one online-softmax pass), or the library SDPA where it measured faster.
+
+Every choice is measured once per shape bucket (``tuning.pick``) and cached.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+
+from ..kernels import flash, tuning
+from ..plan.spec import BlockSpec
+
+
+def fp32_dot_precision() -> str:
+    """Read at call time: torch.get_float32_matmul_precision() -> Triton input_precision."""
+    if torch.get_float32_matmul_precision() == "highest":
+        return os.environ.get("INDUCTOR_GQA_FP32_HIGHEST", "tf32x3")
+    return "tf32"
+
+
+def _attention_candidates(dtype, d, mode, f16=False):
+    cfgs = _attention_configs(dtype, d, mode, f16)
+    if mode == 2 and not tuning.interpreting():
+        # flash.py's PIPELINE: measured on the H200, it wins the probabilities pass at ragged S
+        # (449x16: 199 -> 176 us) and with fp16 operands at large S; never the stats pass
+        return cfgs + [c + ("pipeline",) for c in cfgs]
+    if mode == 1 and fma_exp_offered():
+        return cfgs + [c + ("fma_exp",) for c in cfgs]
+    return cfgs
+
+
+def fma_exp_offered() -> bool:
+    """Opt-in (INDUCTOR_GQA_FMA_EXP=1), not yet measured on a GPU: the stats pass's configs also
+    with flash.py's FMA_EXP (half of the exponentials as a polynomial on the FMA pipe)."""
+    return os.environ.get("INDUCTOR_GQA_FMA_EXP", "0") == "1"
+
+
+def _attention_configs(dtype, d, mode, f16=False):
+    """(BLOCK_M, BLOCK_N, warps, stages) candidates of one pass (flash.py's MODE); ``f16``: fp16
+    q/k/V copies of a float32 block (fp32 probabilities and output)."""
+    if tuning.interpreting():
+        return [(32, 32, 4, 1)]
+    if f16:
+        # measured on the H200 at W075 sizes (perf/experiments/fp16_scores_bench.py)
+        if mode == 2:
+            return [(64, 64, 4, 3), (128, 32, 8, 3), (64, 32, 4, 3), (128, 32, 8, 4),
+                    (128, 64, 8, 4), (128, 64, 8, 3), (32, 64, 4, 2)]
+        if mode == 1:
+            return [(64, 128, 4, 2), (128, 64, 8, 3), (64, 128, 4, 3), (128, 128, 8, 3),
+                    (128, 128, 8, 2), (64, 64, 4, 2)]
+    if dtype == torch.float32:
+        # measured on the H200 with K-major V: the probabilities pass likes narrow N tiles
+        # (store + P@V per tile), the stats pass wide ones
+        # (deeper pipelines: 3 stages took the probabilities pass from 623 to 467 us at 4096x1)
+        if mode == 2:
+            return [(128, 32, 8, 3), (128, 32, 8, 4), (128, 32, 8, 2), (256, 32, 8, 3),
+                    (128, 64, 8, 3), (128, 16, 8, 4), (64, 32, 4, 3), (64, 64, 4, 2),
+                    (64, 64, 4, 3), (32, 64, 4, 2)]
+        if mode == 1:
+            return [(128, 128, 8, 2), (128, 64, 8, 3), (64, 128, 4, 2), (64, 64, 4, 2),
+                    (128, 128, 8, 3), (64, 128, 4, 3), (32, 128, 4, 2)]
+        return [(64, 64, 4, 2), (128, 64, 8, 2), (128, 128, 8, 2), (64, 128, 4, 2),
+                (32, 128, 4, 2), (64, 128, 4, 3), (16, 128, 4, 2)]
+    if d <= 64:
+        return [(128, 64, 4, 3), (128, 128, 8, 3), (64, 64, 4, 3)]
+    return [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (64, 64, 4, 2),
+            (64, 32, 4, 3)]
+
+
+def _single_pass_candidates(s):
+    """For S <= 256 the probabilities in one launch (flash.py's MODE 3, one key tile per row)
+    instead of the stats and probabilities passes; measured against the pair, which stays a
+    candidate (H200: 8.2 vs 10.3 us at 131x1, 11.1 vs 12.4 at 211x2; the pair wins at 256x8).
+    INDUCTOR_GQA_SINGLE_PASS=0 turns it off."""
+    if os.environ.get("INDUCTOR_GQA_SINGLE_PASS", "1") == "0" or s > 256:
+        return []
+    bn = max(16, 1 << (s - 1).bit_length())
+    if tuning.interpreting():
+        return [(32, bn, 4, 1)]
+    # one key tile per row: nothing to pipeline (one stage keeps K and V tiles single)
+    return [(bm, bn, nw, 1) for bm, nw in ((16, 4), (32, 4), (64, 4), (64, 8), (128, 8))]
+
+
+# configs of the float32 fallback behind fp16 copies: it runs only when a value overflowed fp16,
+# so it is not tuned for speed, only checked to run (small tiles fit any head_dim)
+_FALLBACK_CONFIGS = [(64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)]
+
+
+def _sdpa_ok(spec: BlockSpec, dt):
+    return (not spec.return_probs and spec.mask == "none" and dt != torch.float32
+            and not tuning.interpreting())
+
+
+def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor=False,
+              f16=None, out16=None, before_fallback=None):
+    """q [B*S, H*D], k [B*S, Hkv*D] contiguous; v the same, or V^T [Hkv*D, B*S] contiguous when
+    ``v_kmajor`` -> (o [B,S,H*D], probs or None). ``f16``: (q16, k16, v16, flag), fp16 copies of
+    float32 q, k, v (row-major) to compute with; q, k, v are then the fallback for when ``flag``
+    says a value left fp16's range. ``out16`` (with ``f16``): an fp16 [B,S,H*D] buffer the fp16
+    launches write the output to instead (o is then written only by the fallback).
+    ``before_fallback``: called between the fp16 launches and the fallback's."""
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    dt = q.dtype
+
+    def views(q, k, v, kmajor):
+        # rows of q, k (and row-major v) may be further apart than heads * D: column slices of
+        # one fused QKV product
+        lq, lk, lv = q.stride(0), k.stride(0), v.stride(0)
+        if kmajor:
+            vs = (v, (s, d * b * s, 1, b * s))
+        else:
+            vs = (v, (s * lv, d, lv, 1))
+        return (q, (s * lq, d, lq)), (k, (s * lk, d, lk)), vs, kmajor
+
+    scale = spec.effective_scale(scale_value)
+    prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
+    mk = flash.MASK_CODES[spec.mask]
+    o = torch.empty((b, s, h * d), device=q.device, dtype=dt)
+    # S % 16 == 0 is part of the key: Triton specializes on it (vector stores of the
+    # probabilities' rows), and a choice measured at a ragged S was 9% slow at S=512 (H200)
+    bucket = (tuning.bucket(s), tuning.bucket(b * h), s % 16 == 0)
+    base_key = (dt, h, hk, d, spec.causal, mk, prec, bucket)
+    if f16 is not None:
+        q16, k16, v16, flag = f16
+        main, guard = views(q16, k16, v16, False), 1
+        fallback = views(q, k, v, False)
+        base_key += ("f16",) + (("o16",) if out16 is not None else ())
+    else:
+        main, guard, flag, fallback = views(q, k, v, v_kmajor), 0, None, None
+        if out16 is not None:
+            raise ValueError("attention: an fp16 output needs the fp16 copies")
+
+    def run(mode, cfg, probs=None, ml=None, ops=main, guard=guard):
+        if cfg == "sdpa":
+            return _sdpa(q, k, v, spec, b, s, scale)
+        qs, ks, vs, kmajor = ops
+        upcast = tuning.interpreting() and qs[0].dtype != torch.float32
+        bm, bn, nw, ns = cfg[:4]
+        dst = out16 if out16 is not None and ops is main else o
+        flash.launch(qs, ks, vs, dst, probs, mask, ml, b, s, h, spec.groups, d, scale,
+                     spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns,
+                     v_kmajor=kmajor, pipeline="pipeline" in cfg, flag=flag, guard=guard,
+                     fma_exp="fma_exp" in cfg)
+        return o
+
+    def run_fallback(mode, probs=None, ml=None):
+        # float32 operands, launched behind the fp16 path; its programs exit unless the flag is
+        # set. Its config is only checked to run (launched unguarded), not tuned.
+        if fallback is None:
+            return
+        cfg = tuning.pick(base_key + ("fallback", mode), _FALLBACK_CONFIGS,
+                          lambda c: run(mode, c, probs, ml, fallback, 0))
+        run(mode, cfg, probs, ml, fallback, 2)
+
+    f16_cfgs = f16 is not None
+    if not spec.return_probs:
+        cands = list(_attention_candidates(dt, d, 0, f16_cfgs))
+        if _sdpa_ok(spec, dt):
+            cands.append("sdpa")
+        cfg = tuning.pick(base_key + (0,), cands, lambda c: run(0, c))
+        out = run(0, cfg)       # the SDPA candidate returns its own tensor
+        if before_fallback is not None:
+            before_fallback()
+        run_fallback(0)
+        return out, None
+    probs = torch.empty((b, h, s, s), device=q.device, dtype=dt)
+    ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
+
+    def two_pass():
+        c1 = tuning.pick(base_key + (1,) + (("fma_exp",) if fma_exp_offered() else ()),
+                         _attention_candidates(dt, d, 1, f16_cfgs),
+                         lambda c: run(1, c, None, ml))
+        run(1, c1, None, ml)        # pass 2 is measured on real statistics
+        c2 = tuning.pick(base_key + (2,), _attention_candidates(dt, d, 2, f16_cfgs),
+                         lambda c: run(2, c, probs, ml))
+        run(2, c2, probs, ml)
+
+    singles = _single_pass_candidates(s)
+    if singles:
+        c = tuning.pick(base_key + (3,), singles + ["two-pass"],
+                        lambda c: two_pass() if c == "two-pass" else run(3, c, probs))
+        two_pass() if c == "two-pass" else run(3, c, probs)
+    else:
+        two_pass()
+    if before_fallback is not None:
+        before_fallback()
+    run_fallback(1, None, ml)
+    run_fallback(2, probs, ml)
+    return o, probs
+
+
+def _sdpa(q, k, v, spec, b, s, scale):
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    q4 = q.view(b, s, h, d).transpose(1, 2)
+    k4 = k.view(b, s, hk, d).transpose(1, 2)
+    v4 = v.view(b, s, hk, d).transpose(1, 2)
+    r = F.scaled_dot_product_attention(q4, k4, v4, is_causal=spec.causal, scale=scale,
+                                       enable_gqa=spec.groups > 1)
+    return r.transpose(1, 2).reshape(b, s, h * d)

@@ -1,0 +1,218 @@
+"""float32 blocks under "high" on fp16 copies: which plans are offered, their buffers, the fp16
+o_proj, and the two plans that also run the projections on fp16 (f16proj: cuBLAS fp16 GEMM and
+the norm/RoPE launch; f16fused: one Triton launch for both). The "f16" plan itself (float32
+projections, fp16 copies for attention) is block._run_plan's.
+
+fp16 has TF32's 10-bit significand and rounds to nearest; only its range differs. Every copy is
+range-checked into one device flag, and every fp16 launch has a guarded float32 twin that runs
+only when the flag is raised, so no host sync is needed (docs/kernels.md, notes 12-16).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..kernels import fp16_rows, qkv_fused, tuning
+from ..kernels import linear as linear_kernels
+from ..kernels.qk_epilogue import NORM_CODES, ROPE_CODES, copy16_checked, qk_norm_rope_
+from .attention import attention
+from .linear import linear
+
+
+def f16_projections_offered(t, x) -> bool:
+    """The fp16-copies plan with the Q/K/V GEMMs on fp16 copies too (``fp16_rows``: exact per-row
+    power-of-two scales, cuBLAS fp16 with float32 output, measured 74 vs 133 us at M=7184 for the
+    GEMMs alone) and the norm/RoPE launch writing only the copies (a guarded launch finishes the
+    float32 tensors for the fallback). Whole block on the H200: 46 -> 38 us at 131x1, 337 -> 310
+    at 449x16, 550 -> 527 at 4096x1. Needs no projection biases (the scales are undone before
+    the bias would be added) and rows of at most 16384. INDUCTOR_GQA_FP16_PROJECTIONS=0 turns it
+    off."""
+    if os.environ.get("INDUCTOR_GQA_FP16_PROJECTIONS", "1") == "0":
+        return False
+    if any(t[n] is not None for n in ("bq", "bk", "bv")) or x.shape[-1] > fp16_rows.MAX_COLS:
+        return False
+    return not x.is_cuda or _mm_fp32_out_ok(x.device)
+
+
+def f16_fused_offered(t, x, spec) -> bool:
+    """Opt-in (INDUCTOR_GQA_FUSED_PROJECTIONS=1), not yet measured on a GPU: the ``f16fused``
+    plan, f16proj with the GEMM and the norm/RoPE epilogue in one Triton launch
+    (``kernels/qkv_fused.py``). Needs what f16proj needs, a power-of-two head_dim of at least 16
+    and rotary_dim == head_dim."""
+    d = spec.head_dim
+    return (os.environ.get("INDUCTOR_GQA_FUSED_PROJECTIONS", "0") == "1"
+            and f16_projections_offered(t, x) and d >= 16 and d & (d - 1) == 0
+            and (spec.rope == "none" or spec.rotary_dim == d))
+
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps, stages) of the fused projection; BLOCK_N whole heads
+_QKV16_CONFIGS = [(128, 64, 64, 8, 4, 3), (128, 128, 64, 8, 8, 3), (64, 64, 64, 8, 4, 4),
+                  (128, 128, 64, 8, 8, 4), (64, 128, 64, 8, 4, 3), (128, 256, 64, 8, 8, 3)]
+
+
+def _qkv16_configs(d, nq, nk, nv):
+    if tuning.interpreting():
+        return [(32, d, 32, 8, 4, 1)]
+    return [c for c in _QKV16_CONFIGS if c[1] % d == 0 and not (nq % c[1] or nk % c[1]
+                                                                 or nv % c[1])] \
+        or [(64, d, 64, 8, 4, 3)]
+
+
+_MM_OK: dict = {}
+
+
+def _mm_fp32_out_ok(device) -> bool:
+    """Whether this torch multiplies fp16 into a float32 result (``torch.mm(out_dtype=)``)."""
+    if device not in _MM_OK:
+        if tuning._capturing():
+            return False
+        a = torch.ones((16, 16), device=device, dtype=torch.float16)
+        try:
+            _MM_OK[device] = torch.mm(a, a, out_dtype=torch.float32).dtype == torch.float32
+        except (TypeError, RuntimeError, NotImplementedError):
+            _MM_OK[device] = False
+    return _MM_OK[device]
+
+
+def _mm16(a, b):
+    """fp16 operands, float32 result with float32 accumulation (exact products)."""
+    if a.is_cuda:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return a.float() @ b.float()        # the interpreter tests: same products, on the CPU
+
+
+def f16_operands_allowed(dt, prec) -> bool:
+    """float32 blocks whose dots may use TF32 may run them on fp16 copies instead: the same
+    10-bit significand, rounded to nearest, at twice the tensor-core rate (the copies fall back
+    to float32 on overflow). INDUCTOR_GQA_FP16_OPERANDS=0 turns the candidate off."""
+    return (dt == torch.float32 and prec == "tf32"
+            and os.environ.get("INDUCTOR_GQA_FP16_OPERANDS", "1") != "0")
+
+
+def o_proj(t, spec, o, probs, prec, o16=None, copies=None):
+    # 4. o_proj: on the fp16 copies (o16, Wo16) with a guarded float32 fallback, or float32
+    if o16 is not None:
+        out = _o_proj16(o, *o16, copies[3])
+    else:
+        out = linear(o, t["wo"], t["bo"], prec) if t["wo"] is not None else o
+    return out.contiguous(), (probs if spec.return_probs else o.new_empty((0,)))
+
+
+# the float32 o_proj behind the fp16 one (3xTF32: Triton's TF32 truncates; it runs only when a
+# value left fp16's range, so it is checked to run, not tuned)
+_O_PROJ_FALLBACK = (128, 128, 32, 8, 8, 3)   # few programs: each exits at once when unused
+
+
+def fp16_o_proj(t, spec, x):
+    """(o16 [B, S, H*D], Wo [E, H*D] contiguous, Wo16): buffers for o_proj on fp16 copies, or
+    None where it does not apply (no o_proj, an o_proj bias, no fp16 GEMM with float32 output).
+    The attention kernel writes o16 and raises the range flag for rows outside fp16's useful
+    range (flash.py), the epilogue launch writes Wo16 and checks it the same way; when the flag
+    is raised a guarded float32 GEMM redoes o_proj from the fallback's float32 o.
+    INDUCTOR_GQA_FP16_OPROJ=0 turns it off."""
+    wo = t["wo"]
+    if (wo is None or t["bo"] is not None or wo.dtype != torch.float32
+            or os.environ.get("INDUCTOR_GQA_FP16_OPROJ", "1") == "0"
+            or (x.is_cuda and not _mm_fp32_out_ok(x.device))):
+        return None
+    b, s, _ = x.shape
+    wo = wo.contiguous()
+    return (torch.empty((b, s, spec.num_heads * spec.head_dim), device=x.device,
+                        dtype=torch.float16), wo, torch.empty_like(wo, dtype=torch.float16))
+
+
+def _o_proj16(o, o16, wo, wo16, flag):
+    b, s, hd = o.shape
+    out = _mm16(o16.view(b * s, hd), wo16.t())
+    cfg = (32, 32, 32, 8, 4, 1) if tuning.interpreting() else _O_PROJ_FALLBACK
+    linear_kernels.launch(o.view(b * s, hd), wo, None, out, "tf32x3", *cfg, flag=flag, guard=2)
+    return out.view(b, s, -1)
+
+
+def fp16_copies(q, k, v):
+    """(q16, k16, v16, flag): buffers for the epilogue's fp16 copies, and its overflow flag."""
+    return tuple(torch.empty(a.shape, device=a.device, dtype=torch.float16) for a in (q, k, v)) \
+        + (torch.zeros((1,), device=q.device, dtype=torch.int32),)
+
+
+def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec):
+    """The fp16-copies plan with the Q/K/V projections on fp16 copies as well (see
+    ``f16_projections_offered``)."""
+    x = t["x"]
+    b, s, e = x.shape
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    # the three weights' copies are row blocks of one operand: one GEMM for q, k and v
+    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]])
+    q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
+    # scaled float32 products [B*S, Nq+Nk+Nv]: q, k, v are its column slices; the epilogue
+    # multiplies by x_inv (per token) and w_inv (per feature)
+    qkv = _mm16(x16, w16.t())
+    q, k, v = (qkv[:, a:z] for a, z in cuts)
+    copies = fp16_copies(q, k, v)
+    o16 = fp16_o_proj(t, spec, x)
+    common = (q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
+              eps_value, spec.rope, spec.rotary_dim)
+    scales = (x_inv, q_inv, k_inv, v_inv)
+    qk_norm_rope_(*common, eps_k=eps_k_value, v=v, copies=copies[:3], flag=copies[3],
+                  scales=scales, store32=False, wo=o16[1:] if o16 else None)
+
+    def finish_fp32():
+        # the float32 fallback's q, k, v: finished in place only if the flag was raised (by a
+        # copy, or by the fp16-operand attention's output: hence after its launches)
+        qk_norm_rope_(*common, eps_k=eps_k_value, scales=scales, store32=True, guard=2, v=v,
+                      flag=copies[3])
+
+    o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,
+                         out16=o16[0] if o16 else None, before_fallback=finish_fp32)
+    return o_proj(t, spec, o, probs, prec, o16, copies)
+
+
+def _scaled_fp16_operands(x, ws):
+    """x [B, S, E] and the weights as fp16 copies with exact power-of-two row scales:
+    (x16 [B*S, E], x_inv, w16 [sum N, E], w_inv, cuts) with the weights as row blocks of w16."""
+    e = x.shape[-1]
+    x2d = x.reshape(-1, e).contiguous()
+    ws = [w.contiguous() for w in ws]
+    n = [w.shape[0] for w in ws]
+    w16 = torch.empty((sum(n), e), device=x.device, dtype=torch.float16)
+    w_inv = torch.empty((sum(n),), device=x.device, dtype=torch.float32)
+    cuts = ((0, n[0]), (n[0], n[0] + n[1]), (n[0] + n[1], sum(n)))
+    (x16, x_inv), *_ = fp16_rows.scale_rows(
+        [x2d] + ws, [None] + [(w16[a:z], w_inv[a:z]) for a, z in cuts])
+    return x16, x_inv, w16, w_inv, cuts
+
+
+def run_f16fused(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec):
+    """f16proj with the projection GEMM and the norm/RoPE epilogue in one Triton launch writing
+    the fp16 copies (``f16_fused_offered``); the float32 fallback's q, k, v come from the same
+    kernel, guarded, after the fp16 attention launches."""
+    x = t["x"]
+    b, s, _ = x.shape
+    d = spec.head_dim
+    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]])
+    nq, nk, nv = (z - a for a, z in cuts)
+    m = b * s
+    copies = tuple(torch.empty((m, n), device=x.device, dtype=torch.float16)
+                   for n in (nq, nk, nv)) + (torch.zeros((1,), device=x.device,
+                                                         dtype=torch.int32),)
+    flag = copies[3]
+    o16 = fp16_o_proj(t, spec, x)
+    if o16:
+        copy16_checked(o16[1], o16[2], flag, d)
+    norm, rope = NORM_CODES[spec.norm], ROPE_CODES[spec.rope]
+
+    def proj(outs, cfg, **kw):
+        qkv_fused.launch(x16, x_inv, w16, w_inv, nq, nk, nv, outs, flag, t["q_norm_weight"],
+                         t["k_norm_weight"], eps_value, eps_k_value, cos, sin, s, d, norm, rope,
+                         cfg, upcast=tuning.interpreting(), **kw)
+
+    key = ("qkv16", tuning.bucket(m), nq, nk, nv, x.shape[-1], d, norm, rope)
+    cfg = tuning.pick(key, _qkv16_configs(d, nq, nk, nv), lambda c: proj(copies[:3], c))
+    proj(copies[:3], cfg)
+    q, k, v = (torch.empty((m, n), device=x.device, dtype=torch.float32) for n in (nq, nk, nv))
+    o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,
+                         out16=o16[0] if o16 else None,
+                         before_fallback=lambda: proj((q, k, v), cfg, out32=True, guard=2))
+    return o_proj(t, spec, o, probs, prec, o16, copies)
