@@ -23,7 +23,7 @@
   the exps and stores; without it every MMA is followed by a wait (sm_90 SASS, docs/kernels.md).
   Costs one unused product per program (the tile after the last).
 * GUARD (float32 blocks run with fp16 q/k/V copies, qk_epilogue's F16): 1 = run only if FLAG is
-  zero (the fp16 copies are exact roundings), 2 = run only if it is not (a value overflowed fp16:
+  zero (the fp16 copies are exact roundings), 2 = run only if it is not (a value left fp16's range:
   the float32 operands are used instead). Both launches are made; one exits at once.
 * FMA_EXP (MODE 1 only; opt-in, not yet measured on a GPU): half of each tile's exponentials by
   a polynomial on the FMA pipe (``_exp2_fma``) while the MUFU unit does the other half; at

@@ -86,7 +86,7 @@ def _single_pass_candidates(s):
     return [(bm, bn, nw, 1) for bm, nw in ((16, 4), (32, 4), (64, 4), (64, 8), (128, 8))]
 
 
-# configs of the float32 fallback behind fp16 copies: it runs only when a value overflowed fp16,
+# configs of the float32 fallback behind fp16 copies: it runs only when a value left fp16's range,
 # so it is not tuned for speed, only checked to run (small tiles fit any head_dim)
 _FALLBACK_CONFIGS = [(64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)]
 

@@ -86,7 +86,8 @@ def _mm16(a, b):
 def f16_operands_allowed(dt, prec) -> bool:
     """float32 blocks whose dots may use TF32 may run them on fp16 copies instead: the same
     10-bit significand, rounded to nearest, at twice the tensor-core rate (the copies fall back
-    to float32 on overflow). INDUCTOR_GQA_FP16_OPERANDS=0 turns the candidate off."""
+    to float32 when a value leaves fp16's range). INDUCTOR_GQA_FP16_OPERANDS=0 turns the
+    candidate off."""
     return (dt == torch.float32 and prec == "tf32"
             and os.environ.get("INDUCTOR_GQA_FP16_OPERANDS", "1") != "0")
 
@@ -132,7 +133,7 @@ def _o_proj16(o, o16, wo, wo16, flag):
 
 
 def fp16_copies(q, k, v):
-    """(q16, k16, v16, flag): buffers for the epilogue's fp16 copies, and its overflow flag."""
+    """(q16, k16, v16, flag): buffers for the epilogue's fp16 copies, and the range flag."""
     return tuple(torch.empty(a.shape, device=a.device, dtype=torch.float16) for a in (q, k, v)) \
         + (torch.zeros((1,), device=q.device, dtype=torch.int32),)
 
