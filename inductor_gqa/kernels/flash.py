@@ -40,6 +40,8 @@ import math
 import triton
 import triton.language as tl
 
+from .qk_epilogue import FP16_MIN_NORMAL
+
 MASK_CODES = {"none": 0, "bool_keep": 1, "bool_fill": 2, "additive": 3}
 LOG2E = 1.4426950408889634
 _FLT_MAX = 3.4028234663852886e38
@@ -259,7 +261,7 @@ def gqa_attention_kernel(
                 # to the float32 fallback launches that follow
                 a = tl.where(m_ok[:, None] & d_ok[None, :], tl.abs(acc), 0.0)
                 rmax = tl.max(a, 1)
-                bad = ((rmax > 0.0) & (rmax < 6.103515625e-05)) | (rmax >= 65504.0)
+                bad = ((rmax > 0.0) & (rmax < FP16_MIN_NORMAL)) | (rmax >= 65504.0)
                 if tl.max(bad.to(tl.int32)) != 0:
                     tl.atomic_max(FLAG, 1)
 

@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 NORM_CODES = {"none": 0, "fp32_weight": 1, "cast_weight": 2, "fp32_one_plus_weight": 3}
+FP16_MIN_NORMAL = tl.constexpr(2.0 ** -14)   # the range rule's lower bound for a row's maximum
 ROPE_CODES = {"none": 0, "half": 1, "interleaved": 2}
 
 
@@ -49,7 +50,7 @@ def _store16(x16_ptr, offs, x, m2, flag_ptr):
     ax = tl.where(m2, tl.abs(x), 0.0)
     over = (tl.abs(x16.to(tl.float32)) == float("inf")) & (ax < float("inf"))
     rmax = tl.max(ax, axis=-1)      # rows along the last axis (2D tiles here, 3D in qkv_fused)
-    tiny = (rmax > 0.0) & (rmax < 6.103515625e-05)
+    tiny = (rmax > 0.0) & (rmax < FP16_MIN_NORMAL)
     tl.store(x16_ptr + offs, x16, mask=m2)
     if (tl.max(over.to(tl.int32)) != 0) | (tl.max(tiny.to(tl.int32)) != 0):
         tl.atomic_max(flag_ptr, 1)
@@ -192,9 +193,9 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin: [B, S, R]-broadcast
     views (None without RoPE). ``copies``: (q16, k16, v16) to also write fp16 copies of the
     float32 q, k (after norm and RoPE) and ``v`` [B*S, Hkv*D]; ``flag`` (int32, zeroed by the
-    caller) then becomes nonzero if fp16's range would cost accuracy (``_store16``). ``scales``: (token_inv [B*S], q_inv
-    [H*D], k_inv [Hkv*D], v_inv [Hkv*D]) reciprocal row scales of fp16 GEMM operands to undo
-    first (``fp16_rows``); ``store32`` (default: whenever there is a norm or RoPE) writes the
+    caller) then becomes nonzero if fp16's range would cost accuracy (``_store16``).
+    ``scales``: (token_inv [B*S], q_inv [H*D], k_inv [Hkv*D], v_inv [Hkv*D]) reciprocal row
+    scales of fp16 GEMM operands to undo first (``fp16_rows``); ``store32`` (default: whenever there is a norm or RoPE) writes the
     float32 results in place, also for ``v`` when scaled; ``guard=2`` with ``flag``: the launch
     does nothing unless the flag is set (the fallback's epilogue). ``wo``: (o_proj weight
     [E, H*D] float32 contiguous, its fp16 copy) made in the same launch, with ``copies``. q, k

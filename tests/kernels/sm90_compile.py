@@ -271,25 +271,36 @@ def _instructions(sass: str) -> list:
 
 
 def _job_at(job, rev: str, tmpdir: str):
-    """The same job compiled from the kernel's source at git revision ``rev``, or (None, why)."""
-    import importlib.util
+    """The same job compiled from the kernel's source at git revision ``rev``, or (None, why).
+    The kernel's whole package folder at ``rev`` is written under ``tmpdir`` as a package of its
+    own, so modules that import their siblings load as they were."""
+    import importlib
     import subprocess
 
     name, module, kernel, types, consts, options = job
-    path = module.replace(".", "/") + ".py"
+    package, _, leaf = module.rpartition(".")
+    folder = package.replace(".", "/")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    got = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, capture_output=True,
-                         text=True)
-    if got.returncode != 0:
-        return None, f"{path} not at {rev}"
-    alias = f"{module.replace('.', '_')}_at_{rev.replace('/', '_')}"
-    file = os.path.join(tmpdir, alias + ".py")
-    with open(file, "w") as f:
-        f.write(got.stdout)
-    spec = importlib.util.spec_from_file_location(alias, file)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[alias] = mod
-    spec.loader.exec_module(mod)
+    alias = f"{package.replace('.', '_')}_at_{rev.replace('/', '_')}"
+    where = os.path.join(tmpdir, alias)
+    if not os.path.isdir(where):
+        names = subprocess.run(["git", "ls-tree", "--name-only", f"{rev}:{folder}"], cwd=root,
+                               capture_output=True, text=True)
+        if names.returncode != 0:
+            return None, f"{folder} not at {rev}"
+        os.makedirs(where)
+        for n in names.stdout.split():
+            if n.endswith(".py"):
+                got = subprocess.run(["git", "show", f"{rev}:{folder}/{n}"], cwd=root,
+                                     capture_output=True, text=True)
+                with open(os.path.join(where, n), "w") as f:
+                    f.write(got.stdout)
+        if tmpdir not in sys.path:
+            sys.path.insert(0, tmpdir)
+    if not os.path.exists(os.path.join(where, leaf + ".py")):
+        return None, f"{module} not at {rev}"
+    mod = importlib.import_module(f"{alias}.{leaf}")
+    alias = mod.__name__
     fn = getattr(mod, kernel, None)
     if fn is None:
         return None, f"{kernel} not at {rev}"
