@@ -4,7 +4,8 @@
         -o perf/results/nvidia-h200
 
 Used when a run did not finish a workload (deadline) and an earlier run of the same code for that
-workload did, or when a change touched one precision only (``--take W075/high=...``): the merged file records where each workload's rows came from (settings.merged_from).
+workload did, or when a change touched one precision only (``--take W075/high=...``): the merged
+file records where each workload's rows came from (settings.merged_from).
 """
 
 from __future__ import annotations

@@ -195,13 +195,12 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     float32 q, k (after norm and RoPE) and ``v`` [B*S, Hkv*D]; ``flag`` (int32, zeroed by the
     caller) then becomes nonzero if fp16's range would cost accuracy (``_store16``).
     ``scales``: (token_inv [B*S], q_inv [H*D], k_inv [Hkv*D], v_inv [Hkv*D]) reciprocal row
-    scales of fp16 GEMM operands to undo first (``fp16_rows``); ``store32`` (default: whenever there is a norm or RoPE) writes the
-    float32 results in place, also for ``v`` when scaled; ``guard=2`` with ``flag``: the launch
-    does nothing unless the flag is set (the fallback's epilogue). ``wo``: (o_proj weight
-    [E, H*D] float32 contiguous, its fp16 copy) made in the same launch, with ``copies``. q, k
-    (and v) are contiguous,
-    or all three column slices of one [B*S, ld] matrix (a fused QKV product): rows ``ld``
-    apart."""
+    scales of fp16 GEMM operands to undo first (``fp16_rows``); ``store32`` (default: whenever
+    there is a norm or RoPE) writes the float32 results in place, also for ``v`` when scaled;
+    ``guard=2`` with ``flag``: the launch does nothing unless the flag is set (the fallback's
+    epilogue). ``wo``: (o_proj weight [E, H*D] float32 contiguous, its fp16 copy) made in the
+    same launch, with ``copies``. q, k (and v) are contiguous, or all three column slices of one
+    [B*S, ld] matrix (a fused QKV product): rows ``ld`` apart."""
     d = head_dim
     q_rows = batch * seq * num_heads
     k_rows = batch * seq * num_kv_heads

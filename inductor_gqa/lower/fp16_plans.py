@@ -18,7 +18,7 @@ from ..kernels import fp16_rows, qkv_fused, tuning
 from ..kernels import linear as linear_kernels
 from ..kernels.qk_epilogue import NORM_CODES, ROPE_CODES, copy16_checked, qk_norm_rope_
 from .attention import attention
-from .linear import linear
+from .linear import _INTERPRETER_CONFIG, linear
 
 
 def f16_projections_offered(t, x) -> bool:
@@ -127,7 +127,7 @@ def fp16_o_proj(t, spec, x):
 def _o_proj16(o, o16, wo, wo16, flag):
     b, s, hd = o.shape
     out = _mm16(o16.view(b * s, hd), wo16.t())
-    cfg = (32, 32, 32, 8, 4, 1) if tuning.interpreting() else _O_PROJ_FALLBACK
+    cfg = _INTERPRETER_CONFIG if tuning.interpreting() else _O_PROJ_FALLBACK
     linear_kernels.launch(o.view(b * s, hd), wo, None, out, "tf32x3", *cfg, flag=flag, guard=2)
     return out.view(b, s, -1)
 
@@ -195,9 +195,9 @@ def run_f16fused(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, p
     x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]])
     nq, nk, nv = (z - a for a, z in cuts)
     m = b * s
-    copies = tuple(torch.empty((m, n), device=x.device, dtype=torch.float16)
-                   for n in (nq, nk, nv)) + (torch.zeros((1,), device=x.device,
-                                                         dtype=torch.int32),)
+    # the fallback's float32 q, k, v (written only when the flag is raised) and the copies
+    q, k, v = (torch.empty((m, n), device=x.device, dtype=torch.float32) for n in (nq, nk, nv))
+    copies = fp16_copies(q, k, v)
     flag = copies[3]
     o16 = fp16_o_proj(t, spec, x)
     if o16:
@@ -212,7 +212,6 @@ def run_f16fused(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, p
     key = ("qkv16", tuning.bucket(m), nq, nk, nv, x.shape[-1], d, norm, rope)
     cfg = tuning.pick(key, _qkv16_configs(d, nq, nk, nv), lambda c: proj(copies[:3], c))
     proj(copies[:3], cfg)
-    q, k, v = (torch.empty((m, n), device=x.device, dtype=torch.float32) for n in (nq, nk, nv))
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,
                          out16=o16[0] if o16 else None,
                          before_fallback=lambda: proj((q, k, v), cfg, out32=True, guard=2))
