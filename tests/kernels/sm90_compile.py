@@ -248,8 +248,9 @@ def compile_one(job):
     return job[0], None, k.metadata.shared
 
 
-def _sass(k) -> str:
-    """The SASS listing of a compiled kernel (``_compile``'s result)."""
+def _sass(k, flag="-sass") -> str:
+    """The SASS listing of a compiled kernel (``_compile``'s result); ``flag="-res-usage"``
+    gives its resource line (registers per thread, shared and local memory) instead."""
     import subprocess
     import tempfile
 
@@ -260,7 +261,7 @@ def _sass(k) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.asm["cubin"])
         f.flush()
-        return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+        return subprocess.run([tool, flag, f.name], capture_output=True, text=True).stdout
 
 
 def _instructions(sass: str) -> list:
@@ -348,7 +349,9 @@ def inspect(job) -> str:
     sass = _sass(k)
     ops = collections.Counter(re.findall(r"\b((?:HGMMA|HMMA|STG|STS|LDS|LDGSTS|LDG|STL|LDL|"
                                          r"WARPGROUP|MUFU)[.\w]*)", sass))
-    lines = [f"{job[0]}: shared {k.metadata.shared} B"]
+    regs = re.search(r"REG:(\d+)", _sass(k, "-res-usage"))
+    lines = [f"{job[0]}: shared {k.metadata.shared} B, "
+             f"{regs.group(1) if regs else '?'} registers per thread"]
     lines += [f"  {n:5d} {op}" for op, n in sorted(ops.items())]
     return "\n".join(lines)
 
