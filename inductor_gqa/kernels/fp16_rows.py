@@ -10,6 +10,7 @@ reciprocals ``inv`` of the two operands' row scales (the norm/RoPE launch applie
 
 Up to four matrices with the same row length share the launch (grid axis 1 picks one). A row of
 zeros gets scale 1; a row holding inf or NaN keeps them (the result is inf/NaN, as in eager).
+The launch may also clear the fp16 plans' range flag (``zero``), which saves the plan a launch.
 """
 
 from __future__ import annotations
@@ -44,10 +45,14 @@ def _rows(x_ptr, y_ptr, inv_ptr, n_rows, K, pid, ROWS: tl.constexpr, BLOCK_K: tl
 
 
 @triton.jit
-def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3, n3, K,
-                      ROWS: tl.constexpr, BLOCK_K: tl.constexpr, TARGET: tl.constexpr):
+def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3, n3, K, zero_ptr,
+                      ROWS: tl.constexpr, BLOCK_K: tl.constexpr, TARGET: tl.constexpr,
+                      ZERO: tl.constexpr):
     pid = tl.program_id(0)
     which = tl.program_id(1)
+    if ZERO:
+        if (pid == 0) & (which == 0):
+            tl.store(zero_ptr, 0)
     if which == 0:
         if pid * ROWS < n0:
             _rows(x0, y0, i0, n0, K, pid, ROWS, BLOCK_K, TARGET)
@@ -62,11 +67,12 @@ def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3
             _rows(x3, y3, i3, n3, K, pid, ROWS, BLOCK_K, TARGET)
 
 
-def scale_rows(mats, outs=None):
+def scale_rows(mats, outs=None, zero=None):
     """[x (M, K) float32 contiguous, ...] (one to four, same K) -> [(x16, inv), ...]: fp16 copies
     and the float32 reciprocals of their row scales (x == inv[:, None] * x16, up to fp16
     rounding). ``outs``: preallocated (x16, inv) per matrix, or None to allocate (contiguous;
-    e.g. row blocks of one buffer, so that several weights become one GEMM operand)."""
+    e.g. row blocks of one buffer, so that several weights become one GEMM operand). ``zero``:
+    a one-element int32 tensor the launch sets to 0 (the fp16 plans' range flag)."""
     if not 1 <= len(mats) <= 4:
         raise ValueError("scale_rows: one to four matrices")
     k = mats[0].shape[1]
@@ -85,12 +91,16 @@ def scale_rows(mats, outs=None):
             raise ValueError("scale_rows: outs must match the matrices (fp16 copy, fp32 [rows])")
     block_k = triton.next_power_of_2(k)
     rows = max(1, 4096 // block_k)
+    if zero is not None and (zero.dtype != torch.int32 or zero.numel() != 1
+                             or zero.device != mats[0].device):
+        raise ValueError("scale_rows: zero must be a one-element int32 tensor on the device")
     args = []
     for i in range(4):
         j = min(i, len(mats) - 1)
         n = mats[i].shape[0] if i < len(mats) else 0
         args += [mats[j], outs[j][0], outs[j][1], n]
     grid = (triton.cdiv(max(m.shape[0] for m in mats), rows), 4)
-    scale_rows_kernel[grid](*args, k, ROWS=rows, BLOCK_K=block_k, TARGET=TARGET_EXP,
+    scale_rows_kernel[grid](*args, k, zero if zero is not None else outs[0][1], ROWS=rows,
+                            BLOCK_K=block_k, TARGET=TARGET_EXP, ZERO=zero is not None,
                             num_warps=8 if block_k >= 4096 else 4)
     return outs

@@ -132,10 +132,19 @@ def _o_proj16(o, o16, wo, wo16, flag):
     return out.view(b, s, -1)
 
 
-def fp16_copies(q, k, v):
-    """(q16, k16, v16, flag): buffers for the epilogue's fp16 copies, and the range flag."""
-    return tuple(torch.empty(a.shape, device=a.device, dtype=torch.float16) for a in (q, k, v)) \
-        + (torch.zeros((1,), device=q.device, dtype=torch.int32),)
+def fp16_copies(q, k, v, flag=None):
+    """(q16, k16, v16, flag): buffers for the epilogue's fp16 copies, and the range flag (zeroed
+    here unless given: ``_range_flag``'s, which scale_rows clears)."""
+    if flag is None:
+        flag = torch.zeros((1,), device=q.device, dtype=torch.int32)
+    return tuple(torch.empty(a.shape, device=a.device, dtype=torch.float16)
+                 for a in (q, k, v)) + (flag,)
+
+
+def _range_flag(x):
+    """The range flag, uninitialized: the plans that scale their GEMM operands have scale_rows
+    clear it in its launch (one launch fewer than a fill kernel)."""
+    return torch.empty((1,), device=x.device, dtype=torch.int32)
 
 
 def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec):
@@ -145,13 +154,14 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     b, s, e = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     # the three weights' copies are row blocks of one operand: one GEMM for q, k and v
-    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]])
+    flag = _range_flag(x)
+    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]], flag)
     q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
     # scaled float32 products [B*S, Nq+Nk+Nv]: q, k, v are its column slices; the epilogue
     # multiplies by x_inv (per token) and w_inv (per feature)
     qkv = _mm16(x16, w16.t())
     q, k, v = (qkv[:, a:z] for a, z in cuts)
-    copies = fp16_copies(q, k, v)
+    copies = fp16_copies(q, k, v, flag)
     o16 = fp16_o_proj(t, spec, x)
     common = (q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
               eps_value, spec.rope, spec.rotary_dim)
@@ -170,9 +180,10 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     return o_proj(t, spec, o, probs, prec, o16, copies)
 
 
-def _scaled_fp16_operands(x, ws):
+def _scaled_fp16_operands(x, ws, flag):
     """x [B, S, E] and the weights as fp16 copies with exact power-of-two row scales:
-    (x16 [B*S, E], x_inv, w16 [sum N, E], w_inv, cuts) with the weights as row blocks of w16."""
+    (x16 [B*S, E], x_inv, w16 [sum N, E], w_inv, cuts) with the weights as row blocks of w16;
+    the same launch sets ``flag`` to 0."""
     e = x.shape[-1]
     x2d = x.reshape(-1, e).contiguous()
     ws = [w.contiguous() for w in ws]
@@ -181,7 +192,7 @@ def _scaled_fp16_operands(x, ws):
     w_inv = torch.empty((sum(n),), device=x.device, dtype=torch.float32)
     cuts = ((0, n[0]), (n[0], n[0] + n[1]), (n[0] + n[1], sum(n)))
     (x16, x_inv), *_ = fp16_rows.scale_rows(
-        [x2d] + ws, [None] + [(w16[a:z], w_inv[a:z]) for a, z in cuts])
+        [x2d] + ws, [None] + [(w16[a:z], w_inv[a:z]) for a, z in cuts], zero=flag)
     return x16, x_inv, w16, w_inv, cuts
 
 
@@ -192,13 +203,13 @@ def run_f16fused(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, p
     x = t["x"]
     b, s, _ = x.shape
     d = spec.head_dim
-    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]])
+    flag = _range_flag(x)
+    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]], flag)
     nq, nk, nv = (z - a for a, z in cuts)
     m = b * s
     # the fallback's float32 q, k, v (written only when the flag is raised) and the copies
     q, k, v = (torch.empty((m, n), device=x.device, dtype=torch.float32) for n in (nq, nk, nv))
-    copies = fp16_copies(q, k, v)
-    flag = copies[3]
+    copies = fp16_copies(q, k, v, flag)
     o16 = fp16_o_proj(t, spec, x)
     if o16:
         copy16_checked(o16[1], o16[2], flag, d)

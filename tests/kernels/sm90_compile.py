@@ -212,8 +212,9 @@ def epilogue_jobs():
         ptrs = {f"{n}{i}": t for i in range(4) for n, t in (("x", "*fp32"), ("y", "*fp16"),
                                                              ("i", "*fp32"))}
         jobs.append(_job(f"scale_rows K={k}", "inductor_gqa.kernels.fp16_rows",
-                         "scale_rows_kernel", ptrs,
-                         dict(ROWS=max(1, 4096 // block_k), BLOCK_K=block_k, TARGET=13),
+                         "scale_rows_kernel", dict(ptrs, zero_ptr="*i32"),
+                         dict(ROWS=max(1, 4096 // block_k), BLOCK_K=block_k, TARGET=13,
+                              ZERO=k == 1024),
                          8 if block_k >= 4096 else 4))
     add("bf16", 128, 96, 8, "fp32_weight", "half", 128)  # W092
     add("bf16", 128, 96, 8, "cast_weight", "interleaved", 64)

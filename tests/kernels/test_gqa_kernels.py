@@ -391,6 +391,11 @@ def test_scale_rows_exact_power_of_two_scales():
         assert torch.all((amax[nz] >= 2 ** 13) & (amax[nz] <= 2 ** 14))
         torch.testing.assert_close(a16.float() * inv[:, None], a, rtol=2 ** -11, atol=0)
     assert xi[2] == 1.0 and torch.all(x16[2] == 0)
+    flag = torch.tensor([7], dtype=torch.int32)     # the launch also clears the range flag
+    scale_rows([w], zero=flag)
+    assert flag.item() == 0
+    with pytest.raises(ValueError, match="one-element int32"):
+        scale_rows([w], zero=torch.zeros(2, dtype=torch.int32))
 
 
 @pytest.fixture
