@@ -160,7 +160,8 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                         D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
                         NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
                         F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
-                        STORE_V32: tl.constexpr, GUARD: tl.constexpr, STRIDED: tl.constexpr):
+                        STORE_V32: tl.constexpr, GUARD: tl.constexpr, STRIDED: tl.constexpr,
+                        WO: tl.constexpr):
     if GUARD == 2:      # the float32 fallback's epilogue: only once the flag is raised
         if tl.load(flag_ptr) == 0:
             return
@@ -179,7 +180,8 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
         _rows(v_ptr, kw_ptr, k_rows, HK, S, pid - nq - nk, eps_k, cos_ptr, sin_ptr, cs_b, cs_s,
               cs_d, v16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, ld, D, BLOCK_D, ROWS, 0, 0, 0,
               F16, SCALED, STORE_V32, STRIDED)
-    else:   # o_proj's weight [E, H*D] as rows of D: its fp16 copy, range-checked like the rest
+    elif WO:    # o_proj's weight [E, H*D] as rows of D: its fp16 copy, range-checked like the rest
+        # (compiled only with it: without fp16 copies the flag is a dummy of the activation type)
         _rows(wo_ptr, kw_ptr, wo_rows, 1, S, pid - nq - nk - nv, eps_k, cos_ptr, sin_ptr, cs_b,
               cs_s, cs_d, wo16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, D, D, BLOCK_D, ROWS,
               0, 0, 0, 1, 0, 0, 0)
@@ -283,4 +285,4 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
         R=rotary_dim if rope != "none" else 0, F16=f16, SCALED=scales is not None,
         STORE32=bool(store32), STORE_V32=store_v32, GUARD=int(guard), STRIDED=strided,
-        num_warps=num_warps)
+        WO=wo is not None, num_warps=num_warps)

@@ -176,16 +176,24 @@ def epilogue_jobs():
 
     def add(dt, d, heads, kv, norm, rope, r, f16=False, scaled=False, store32=True, guard=0):
         block_d = 1 << (d - 1).bit_length()
-        rows = max(1, min(64, 4096 // block_d))
         types = {n: "*" + dt for n in ("q_ptr", "k_ptr", "qw_ptr", "kw_ptr", "cos_ptr",
                                        "sin_ptr", "v_ptr")}
-        types.update(eps="fp32", eps_k="fp32", q16_ptr="*fp16", k16_ptr="*fp16",
-                     v16_ptr="*fp16", flag_ptr="*i32", tok_inv_ptr="*fp32", qf_inv_ptr="*fp32",
-                     kf_inv_ptr="*fp32", vf_inv_ptr="*fp32", wo_ptr="*fp32", wo16_ptr="*fp16")
-        consts = dict(D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm],
-                      ROPE=ROPE_CODES[rope], R=r, cs_d=1, F16=f16, SCALED=scaled,
-                      STORE32=store32, STORE_V32=store32 and scaled, GUARD=guard,
-                      STRIDED=scaled)
+        # as the launcher passes them: without copies or a flag, their pointers are dummies of
+        # the activation type (a branch that used them would then fail to compile)
+        dummy = "*" + dt
+        flagged = f16 or guard
+        types.update(eps="fp32", eps_k="fp32", q16_ptr="*fp16" if f16 else dummy,
+                     k16_ptr="*fp16" if f16 else dummy, v16_ptr="*fp16" if f16 else dummy,
+                     flag_ptr="*i32" if flagged else dummy,
+                     tok_inv_ptr="*fp32" if scaled else dummy,
+                     qf_inv_ptr="*fp32" if scaled else dummy,
+                     kf_inv_ptr="*fp32" if scaled else dummy,
+                     vf_inv_ptr="*fp32" if scaled else dummy,
+                     wo_ptr="*fp32" if f16 else dummy, wo16_ptr="*fp16" if f16 else dummy)
+        consts = dict(D=d, BLOCK_D=block_d, ROWS=max(1, min(32, 4096 // block_d)),
+                      NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope], R=r, cs_d=1, F16=f16,
+                      SCALED=scaled, STORE32=store32, STORE_V32=store32 and scaled, GUARD=guard,
+                      STRIDED=scaled, WO=f16 and dt == "fp32")
         jobs.append(_job(f"qk_norm_rope {dt} d{d} {heads}/{kv} {norm} {rope} r{r} f16={f16}"
                          + (f" scaled strided store32={store32} guard={guard}" if scaled else ""),
                          "inductor_gqa.kernels.qk_epilogue", "qk_norm_rope_kernel", types,
