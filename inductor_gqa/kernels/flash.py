@@ -137,7 +137,7 @@ def gqa_attention_kernel(
         D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
-        GUARD: tl.constexpr, FMA_EXP: tl.constexpr = False):
+        GUARD: tl.constexpr, FMA_EXP: tl.constexpr = False, GP: tl.constexpr = 1):
     if GUARD == 1:
         if tl.load(FLAG) != 0:
             return
@@ -146,16 +146,32 @@ def gqa_attention_kernel(
             return
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
-    b = bh // H
-    h = bh - b * H
-    kvh = h // G
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    # MR query positions per program; with GP > 1 its BLOCK_M rows are GP query heads of one KV
+    # head (head-major blocks of MR rows), so each K/V tile it loads serves all of them
+    MR: tl.constexpr = BLOCK_M // GP
+    if GP == 1:
+        b = bh // H
+        h = bh - b * H
+        kvh = h // G
+        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        hh = h              # each row's query head
+        hcol = h
+        row_bh = bh
+    else:
+        b = bh // (H // GP)
+        h = (bh - b * (H // GP)) * GP
+        kvh = h // G
+        rows = tl.arange(0, BLOCK_M)
+        offs_m = start_m * MR + rows % MR
+        hh = h + rows // MR
+        hcol = hh[:, None]
+        row_bh = b * H + hh
     offs_d = tl.arange(0, BLOCK_D)
     offs_nb = tl.arange(0, BLOCK_N)
     m_ok = offs_m < S
     d_ok = offs_d < D
     b64 = b.to(tl.int64)
-    q_ptrs = Q + b64 * sq_b + h * sq_h + offs_m[:, None].to(tl.int64) * sq_s + offs_d[None, :]
+    q_ptrs = Q + b64 * sq_b + hcol * sq_h + offs_m[:, None].to(tl.int64) * sq_s + offs_d[None, :]
     q = tl.load(q_ptrs, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
@@ -167,14 +183,14 @@ def gqa_attention_kernel(
         v_base = V + b64 * sv_b + kvh.to(tl.int64) * sv_h + offs_d[:, None].to(tl.int64) * sv_d
     else:
         v_base = V + b64 * sv_b + kvh.to(tl.int64) * sv_h + offs_d[None, :].to(tl.int64) * sv_d
-    mrow_off = b64 * sm_b + h.to(tl.int64) * sm_h + offs_m.to(tl.int64) * sm_q
+    mrow_off = b64 * sm_b + hh.to(tl.int64) * sm_h + offs_m.to(tl.int64) * sm_q
 
     if CAUSAL and MASK_KIND != 2:
-        hi = tl.minimum(S, (start_m + 1) * BLOCK_M)
+        hi = tl.minimum(S, (start_m + 1) * MR)
     else:
         hi = S
 
-    ml_off = bh.to(tl.int64) * S + offs_m
+    ml_off = row_bh.to(tl.int64) * S + offs_m
     if MODE == 2:
         m_i = tl.load(ML + ml_off * 2, mask=m_ok, other=0.0)
         l_i = tl.load(ML + ml_off * 2 + 1, mask=m_ok, other=1.0)
@@ -185,7 +201,7 @@ def gqa_attention_kernel(
         l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     if MODE >= 2:
-        p_row = P + b64 * sp_b + h.to(tl.int64) * sp_h + offs_m[:, None].to(tl.int64) * sp_s
+        p_row = P + b64 * sp_b + hcol.to(tl.int64) * sp_h + offs_m[:, None].to(tl.int64) * sp_s
     if PIPELINE:
         s_next = _qk(q, k_base, sk_s, offs_nb, S, d_ok, PREC, UPCAST)
     for start_n in range(0, hi, BLOCK_N):
@@ -251,7 +267,7 @@ def gqa_attention_kernel(
                          eviction_policy="evict_first")
         elif MODE == 0:
             acc = acc / l_i[:, None]
-        o_ptrs = (O + b64 * so_b + h * so_h + offs_m[:, None].to(tl.int64) * so_s
+        o_ptrs = (O + b64 * so_b + hcol * so_h + offs_m[:, None].to(tl.int64) * so_s
                   + offs_d[None, :])
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
         if GUARD == 1:
@@ -268,10 +284,15 @@ def gqa_attention_kernel(
 
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
            mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
-           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, fma_exp=False):
+           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, fma_exp=False,
+           gp=1):
     """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
     v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D];
-    ``flag``/``guard``: see GUARD."""
+    ``flag``/``guard``: see GUARD; ``gp``: query heads per program (GP), dividing the group and
+    the row tile."""
+    if gp < 1 or groups % gp or block_m % gp:
+        raise ValueError(f"flash.launch: {gp} query heads per program must divide the group "
+                         f"({groups}) and the row tile ({block_m})")
     (Qt, sq), (Kt, sk), (Vt, sv) = q, k, v
     block_d = max(16, triton.next_power_of_2(head_dim))
     if mask is not None:
@@ -283,7 +304,7 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
     p_t = probs if probs is not None else out
     sp = (probs.stride(0), probs.stride(1), probs.stride(2)) if probs is not None else (0, 0, 0)
     ml_t = ml if ml is not None else out
-    grid = (triton.cdiv(seq, block_m), batch * num_heads)
+    grid = (triton.cdiv(seq, block_m // gp), batch * num_heads // gp)
     gqa_attention_kernel[grid](
         Qt, Kt, Vt, out, p_t, mask_t, ml_t, flag if guard else out,
         *sq, *sk, *sv, out.stride(0), out.stride(1), head_dim,
@@ -291,5 +312,5 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         num_heads, groups, seq, float(scale) * LOG2E, log2_units(float(mask_fill)),
         D=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
         MASK_KIND=mask_kind, MODE=mode, PREC=prec, UPCAST=upcast, V_KMAJOR=bool(v_kmajor),
-        PIPELINE=bool(pipeline), GUARD=int(guard), FMA_EXP=bool(fma_exp),
+        PIPELINE=bool(pipeline), GUARD=int(guard), FMA_EXP=bool(fma_exp), GP=int(gp),
         num_warps=num_warps, num_stages=num_stages)

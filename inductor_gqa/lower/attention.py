@@ -34,6 +34,12 @@ def _attention_candidates(dtype, d, mode, f16=False):
     return cfgs
 
 
+def heads_per_program(cfg) -> int:
+    """flash.py's GP from a config's flags: "gp4" packs 4 query heads of one KV head into each
+    program's row tile; 1 without the flag."""
+    return next((int(f[2:]) for f in cfg[4:] if isinstance(f, str) and f.startswith("gp")), 1)
+
+
 def fma_exp_offered() -> bool:
     """Opt-in (INDUCTOR_GQA_FMA_EXP=1), not yet measured on a GPU: the stats pass's configs also
     with flash.py's FMA_EXP (half of the exponentials as a polynomial on the FMA pipe)."""
@@ -145,7 +151,7 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         flash.launch(qs, ks, vs, dst, probs, mask, ml, b, s, h, spec.groups, d, scale,
                      spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns,
                      v_kmajor=kmajor, pipeline="pipeline" in cfg, flag=flag, guard=guard,
-                     fma_exp="fma_exp" in cfg)
+                     fma_exp="fma_exp" in cfg, gp=heads_per_program(cfg))
         return o
 
     def run_fallback(mode, probs=None, ml=None):

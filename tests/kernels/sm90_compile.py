@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import importlib
+import inspect as inspect_module
 import os
 import sys
 import time
@@ -42,13 +43,15 @@ def _job(name, module, kernel, types, consts, warps, stages=3):
 def attention_jobs():
     import torch
 
-    from inductor_gqa.lower.attention import _FALLBACK_CONFIGS, _attention_configs
+    from inductor_gqa.lower.attention import (_FALLBACK_CONFIGS, _attention_configs,
+                                              heads_per_program)
 
     jobs = []
 
     def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0, out=None,
             guard=0, probs=None, fma_exp=False):
         bm, bn, nw, ns = cfg[:4]
+        gp = heads_per_program(cfg)
         pipeline = "pipeline" in cfg
         t = TY[str(dt).split(".")[-1]]
         o = TY[str(out).split(".")[-1]] if out is not None else t
@@ -59,11 +62,11 @@ def attention_jobs():
         consts = dict(D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_M=bm, BLOCK_N=bn,
                       CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
                       PIPELINE=pipeline, GUARD=guard, FMA_EXP=fma_exp,
-                      V_KMAJOR=kmajor, **({"sv_s": 1} if kmajor else {"sv_d": 1}))
+                      **({"GP": gp} if gp > 1 else {}), V_KMAJOR=kmajor, **({"sv_s": 1} if kmajor else {"sv_d": 1}))
         jobs.append(_job(f"attention {tag} mode{mode} {cfg[:4]} {prec} causal={causal} "
                          f"mask={mask}" + (" pipeline" if pipeline else "")
                          + (f" guard={guard}" if guard else "")
-                         + (" fma_exp" if fma_exp else ""),
+                         + (" fma_exp" if fma_exp else "") + (f" gp{gp}" if gp > 1 else ""),
                          "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
                          nw, ns))
 
@@ -89,6 +92,15 @@ def attention_jobs():
         for d in (64, 256):
             for cfg in _FALLBACK_CONFIGS:
                 add(f"fp32 fallback d{d}", torch.float32, d, mode, cfg, kmajor=False, guard=2)
+    # GP (query heads of one KV head packed into the row tile): W075's fp16 copies (4 heads per
+    # KV head) and W092's bf16 one-pass kernel (12, packed by 4)
+    for mode in (0, 1, 2):
+        for cfg in _attention_configs(torch.float32, 64, mode, f16=True):
+            for c in with_pipeline([cfg + ("gp4",)]) if mode == 2 else [cfg + ("gp4",)]:
+                add("fp16->fp16/fp32 d64", torch.float16, 64, mode, c, kmajor=False,
+                    out=torch.float16, probs=torch.float32, guard=1)
+    for cfg in _attention_configs(torch.bfloat16, 128, 0):
+        add("bf16 d128", torch.bfloat16, 128, 0, cfg + ("gp4",), kmajor=False, causal=True)
     from inductor_gqa.lower.attention import _single_pass_candidates
     for s_len in (131, 256):
         for cfg in _single_pass_candidates(s_len):
@@ -239,6 +251,9 @@ def _compile(job, divisible=False):
 
     name, module, kernel, types, consts, options = job
     fn = getattr(importlib.import_module(module), kernel)
+    # constexprs the job leaves out take their defaults, as in a launch
+    consts = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.name not in consts
+                 and p.default is not inspect_module.Parameter.empty}, **consts}
     signature = {p.name: "constexpr" if (p.is_constexpr or p.name in consts)
                  else types.get(p.name, "i32") for p in fn.params}
     attrs = {}

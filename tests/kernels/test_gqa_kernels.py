@@ -740,3 +740,30 @@ def test_fma_exp_candidates(monkeypatch):
     assert any("fma_exp" in c for c in attn._attention_candidates(F32, 64, 1))
     monkeypatch.delenv("INDUCTOR_GQA_FMA_EXP")
     assert not any("fma_exp" in c for c in attn._attention_candidates(F32, 64, 1))
+
+
+@pytest.mark.parametrize("gp", [2, 4])
+@pytest.mark.parametrize("dtype,causal,mask,probs,s", [
+    (F32, False, "none", True, 37), (F32, True, "none", True, 70), (F32, True, "bool_fill", True, 21),
+    (F32, False, "additive", False, 37), (BF16, True, "none", False, 70),
+    (BF16, False, "bool_keep", True, 33)])
+def test_query_heads_packed(monkeypatch, gp, dtype, causal, mask, probs, s):
+    """flash.py's GP: the row tile holds gp query heads of one KV head (K/V tiles loaded once for
+    all of them), in every pass and in the single-pass probabilities (MODE 3)."""
+    monkeypatch.setattr(attn, "_attention_candidates",
+                        lambda *a, **k: [(32, 32, 4, 1, f"gp{gp}")])
+    monkeypatch.setattr(attn, "_single_pass_candidates",
+                        lambda s: [(32, 128, 4, 1, f"gp{gp}")] if s <= 128 and gp == 4 else [])
+    spec = BlockSpec(num_heads=8, num_kv_heads=2, head_dim=16, core="explicit", scale=0.25,
+                     scale_op="mul", causal=causal, mask=mask, mask_fill=-1e4,
+                     return_probs=probs)
+    _compare(spec, 2, s, 64, dtype, mask_shape=(mask, None))
+
+
+def test_query_heads_packed_must_divide():
+    from inductor_gqa.kernels import flash
+    q = torch.zeros(8, 48)
+    with pytest.raises(ValueError, match="query heads per program"):
+        flash.launch((q, (8 * 48, 16, 48)), (q, (8 * 48, 16, 48)), (q, (8 * 48, 16, 48, 1)),
+                     torch.empty(1, 8, 48), None, None, None, 1, 8, 3, 3, 16, 1.0, 0.0, False, 0,
+                     0, "ieee", False, 32, 32, 4, 1, gp=2)
