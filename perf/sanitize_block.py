@@ -4,7 +4,8 @@
     compute-sanitizer --tool racecheck python -m perf.sanitize_block --cases W092:128x1
 
 Each case runs the op's GPU path once (W075 also causal), every config choice taking candidate
-``--config`` of its list (no config timing runs under the tool), and checks the outputs against
+``--config`` of its list, or the first one matching ``--prefer`` (no config timing runs under
+the tool), and checks the outputs against
 the workload's tolerance rule so a bad launch cannot pass silently.
 
 ``--overflow`` (W075 under "high"): the block gets Wq * 2^-18 and Wk * 2^18, so every k exceeds
@@ -33,10 +34,17 @@ def main(argv=None) -> int:
     p.add_argument("--cases", default="W075-high:131x1,W075-highest:373x1,W092:131x1")
     p.add_argument("--config", type=int, default=0,
                    help="index of the candidate config every choice takes (no timing)")
+    p.add_argument("--prefer", default="",
+                   help="take the first candidate whose text contains this (e.g. gp4: packed "
+                        "query heads), else candidate --config")
     p.add_argument("--overflow", action="store_true",
                    help="W075: scale Wq/Wk by 2^-18/2^18 so k overflows fp16 (fallback path)")
     a = p.parse_args(argv)
-    tuning.pick = lambda key, cands, run: cands[min(a.config, len(cands) - 1)]
+    def pick(key, cands, run):
+        liked = [c for c in cands if a.prefer and a.prefer in str(c)]
+        return liked[0] if liked else cands[min(a.config, len(cands) - 1)]
+
+    tuning.pick = pick
     bad = 0
     for spec in a.cases.split(","):
         workload, precision, s, b = parse_case(spec)

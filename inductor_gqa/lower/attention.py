@@ -7,6 +7,7 @@ Every choice is measured once per shape bucket (``tuning.pick``) and cached.
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -23,15 +24,30 @@ def fp32_dot_precision() -> str:
     return "tf32"
 
 
-def _attention_candidates(dtype, d, mode, f16=False):
+def _attention_candidates(dtype, d, mode, f16=False, groups=1):
     cfgs = _attention_configs(dtype, d, mode, f16)
     if mode == 2 and not tuning.interpreting():
         # flash.py's PIPELINE: measured on the H200, it wins the probabilities pass at ragged S
         # (449x16: 199 -> 176 us) and with fp16 operands at large S; never the stats pass
-        return cfgs + [c + ("pipeline",) for c in cfgs]
+        return cfgs + [c + ("pipeline",) for c in cfgs] + _packed(_PACKED_F16_PROBS, f16, groups)
     if mode == 1 and fma_exp_offered():
         return cfgs + [c + ("fma_exp",) for c in cfgs]
     return cfgs
+
+
+# flash.py's GP: the probabilities-pass configs that won with 4 query heads per program on the
+# H200 (perf/experiments/gqa_pack_bench.py; fp16 copies: 4096x1 326 -> 307 us, 512x16 102 -> 95,
+# 512x8 51 -> 47, 2048x1 86 -> 82; never the stats pass, which is not bound by K/V traffic)
+_PACKED_F16_PROBS = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 32, 4, 3),
+                     (64, 64, 4, 3, "pipeline")]
+
+
+def _packed(cfgs, f16, groups, gp=4):
+    """cfgs with gp query heads per program, where the group allows it (fp16 copies only: what
+    was measured)."""
+    if not f16 or groups % gp or tuning.interpreting():
+        return []
+    return [c + (f"gp{gp}",) for c in cfgs if c[0] % gp == 0]
 
 
 def heads_per_program(cfg) -> int:
@@ -78,7 +94,7 @@ def _attention_configs(dtype, d, mode, f16=False):
             (64, 32, 4, 3)]
 
 
-def _single_pass_candidates(s):
+def _single_pass_candidates(s, f16=False, groups=1):
     """For S <= 256 the probabilities in one launch (flash.py's MODE 3, one key tile per row)
     instead of the stats and probabilities passes; measured against the pair, which stays a
     candidate (H200: 8.2 vs 10.3 us at 131x1, 11.1 vs 12.4 at 211x2; the pair wins at 256x8).
@@ -88,8 +104,10 @@ def _single_pass_candidates(s):
     bn = max(16, 1 << (s - 1).bit_length())
     if tuning.interpreting():
         return [(32, bn, 4, 1)]
-    # one key tile per row: nothing to pipeline (one stage keeps K and V tiles single)
-    return [(bm, bn, nw, 1) for bm, nw in ((16, 4), (32, 4), (64, 4), (64, 8), (128, 8))]
+    # one key tile per row: nothing to pipeline (one stage keeps K and V tiles single); packed
+    # query heads measured with fp16 copies at 131x1: 7.6 -> 6.2 us
+    cfgs = [(bm, bn, nw, 1) for bm, nw in ((16, 4), (32, 4), (64, 4), (64, 8), (128, 8))]
+    return cfgs + _packed(cfgs, f16, groups)
 
 
 # configs of the float32 fallback behind fp16 copies: it runs only when a value left fp16's range,
@@ -127,9 +145,10 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
     mk = flash.MASK_CODES[spec.mask]
     o = torch.empty((b, s, h * d), device=q.device, dtype=dt)
-    # S % 16 == 0 is part of the key: Triton specializes on it (vector stores of the
-    # probabilities' rows), and a choice measured at a ragged S was 9% slow at S=512 (H200)
-    bucket = (tuning.bucket(s), tuning.bucket(b * h), s % 16 == 0)
+    # S's alignment is part of the key: Triton specializes on S % 16 (vector stores of the
+    # probabilities' rows; a choice measured at a ragged S was 9% slow at S=512 on the H200), and
+    # flash.py's EVEN_N on S % BLOCK_N (key tiles up to 128)
+    bucket = (tuning.bucket(s), tuning.bucket(b * h), math.gcd(s, 128))
     base_key = (dt, h, hk, d, spec.causal, mk, prec, bucket)
     if f16 is not None:
         q16, k16, v16, flag = f16
@@ -165,7 +184,7 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
 
     f16_cfgs = f16 is not None
     if not spec.return_probs:
-        cands = list(_attention_candidates(dt, d, 0, f16_cfgs))
+        cands = list(_attention_candidates(dt, d, 0, f16_cfgs, spec.groups))
         if _sdpa_ok(spec, dt):
             cands.append("sdpa")
         cfg = tuning.pick(base_key + (0,), cands, lambda c: run(0, c))
@@ -179,14 +198,14 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
 
     def two_pass():
         c1 = tuning.pick(base_key + (1,) + (("fma_exp",) if fma_exp_offered() else ()),
-                         _attention_candidates(dt, d, 1, f16_cfgs),
+                         _attention_candidates(dt, d, 1, f16_cfgs, spec.groups),
                          lambda c: run(1, c, None, ml))
         run(1, c1, None, ml)        # pass 2 is measured on real statistics
-        c2 = tuning.pick(base_key + (2,), _attention_candidates(dt, d, 2, f16_cfgs),
+        c2 = tuning.pick(base_key + (2,), _attention_candidates(dt, d, 2, f16_cfgs, spec.groups),
                          lambda c: run(2, c, probs, ml))
         run(2, c2, probs, ml)
 
-    singles = _single_pass_candidates(s)
+    singles = _single_pass_candidates(s, f16_cfgs, spec.groups)
     if singles:
         c = tuning.pick(base_key + (3,), singles + ["two-pass"],
                         lambda c: two_pass() if c == "two-pass" else run(3, c, probs))

@@ -49,7 +49,7 @@ def attention_jobs():
     jobs = []
 
     def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0, out=None,
-            guard=0, probs=None, fma_exp=False):
+            guard=0, probs=None, fma_exp=False, even=False):
         bm, bn, nw, ns = cfg[:4]
         gp = heads_per_program(cfg)
         pipeline = "pipeline" in cfg
@@ -62,11 +62,12 @@ def attention_jobs():
         consts = dict(D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_M=bm, BLOCK_N=bn,
                       CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
                       PIPELINE=pipeline, GUARD=guard, FMA_EXP=fma_exp,
-                      **({"GP": gp} if gp > 1 else {}), V_KMAJOR=kmajor, **({"sv_s": 1} if kmajor else {"sv_d": 1}))
+                      **({"GP": gp} if gp > 1 else {}), FOLD=mask == 0, EVEN_N=even, V_KMAJOR=kmajor, **({"sv_s": 1} if kmajor else {"sv_d": 1}))
         jobs.append(_job(f"attention {tag} mode{mode} {cfg[:4]} {prec} causal={causal} "
                          f"mask={mask}" + (" pipeline" if pipeline else "")
                          + (f" guard={guard}" if guard else "")
-                         + (" fma_exp" if fma_exp else "") + (f" gp{gp}" if gp > 1 else ""),
+                         + (" fma_exp" if fma_exp else "") + (f" gp{gp}" if gp > 1 else "")
+                         + (" even" if even else ""),
                          "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
                          nw, ns))
 
@@ -80,13 +81,17 @@ def attention_jobs():
     for d in (128, 64):                                   # W092 and a bf16 D=64 model
         for mode in (0, 1, 2):
             for cfg in with_pipeline(_attention_configs(torch.bfloat16, d, mode)):
-                add(f"bf16 d{d}", torch.bfloat16, d, mode, cfg, kmajor=False, causal=d == 128)
+                for even in (False, True) if d == 128 and mode == 0 else (False,):
+                    add(f"bf16 d{d}", torch.bfloat16, d, mode, cfg, kmajor=False,
+                        causal=d == 128, even=even)
     for mode in (0, 1, 2):          # W075 "high": fp16 copies of float32 q/k/V, and the fallback
         cfgs = _attention_configs(torch.float32, 64, mode, f16=True)
         for cfg in with_pipeline(cfgs) if mode == 2 else cfgs:
-            # fp16 output for the fp16 o_proj (float32 probabilities)
-            add("fp16->fp16/fp32 d64", torch.float16, 64, mode, cfg, kmajor=False,
-                out=torch.float16, probs=torch.float32, guard=1)
+            # fp16 output for the fp16 o_proj (float32 probabilities); S a multiple of the key
+            # tile or not
+            for even in (False, True):
+                add("fp16->fp16/fp32 d64", torch.float16, 64, mode, cfg, kmajor=False,
+                    out=torch.float16, probs=torch.float32, guard=1, even=even)
         add("fp16->fp32 d64", torch.float16, 64, mode, cfgs[0], kmajor=False,
             out=torch.float32, guard=1)        # float32 output: no o_proj, or with a bias
         for d in (64, 256):
@@ -97,16 +102,19 @@ def attention_jobs():
     for mode in (0, 1, 2):
         for cfg in _attention_configs(torch.float32, 64, mode, f16=True):
             for c in with_pipeline([cfg + ("gp4",)]) if mode == 2 else [cfg + ("gp4",)]:
-                add("fp16->fp16/fp32 d64", torch.float16, 64, mode, c, kmajor=False,
-                    out=torch.float16, probs=torch.float32, guard=1)
+                for even in (False, True):
+                    add("fp16->fp16/fp32 d64", torch.float16, 64, mode, c, kmajor=False,
+                        out=torch.float16, probs=torch.float32, guard=1, even=even)
     for cfg in _attention_configs(torch.bfloat16, 128, 0):
-        add("bf16 d128", torch.bfloat16, 128, 0, cfg + ("gp4",), kmajor=False, causal=True)
+        add("bf16 d128", torch.bfloat16, 128, 0, cfg + ("gp4",), kmajor=False, causal=True,
+            even=True)
     from inductor_gqa.lower.attention import _single_pass_candidates
     for s_len in (131, 256):
         for cfg in _single_pass_candidates(s_len):
             add("fp32 d64", torch.float32, 64, 3, cfg, kmajor=True)
+        for cfg in _single_pass_candidates(s_len, f16=True, groups=4):
             add("fp16->fp16/fp32 d64", torch.float16, 64, 3, cfg, kmajor=False,
-                out=torch.float16, probs=torch.float32, guard=1)
+                out=torch.float16, probs=torch.float32, guard=1, even=s_len == 256)
         add("bf16 d128", torch.bfloat16, 128, 3, (64, 256, 8, 1), kmajor=False, causal=True,
             mask=1)
     # opt-in FMA_EXP (stats pass): the fp16-copies configs, and one float32 and one bf16 config

@@ -746,14 +746,16 @@ def test_fma_exp_candidates(monkeypatch):
 @pytest.mark.parametrize("dtype,causal,mask,probs,s", [
     (F32, False, "none", True, 37), (F32, True, "none", True, 70), (F32, True, "bool_fill", True, 21),
     (F32, False, "additive", False, 37), (BF16, True, "none", False, 70),
-    (BF16, False, "bool_keep", True, 33)])
+    (BF16, False, "bool_keep", True, 33), (F32, True, "none", True, 64),
+    (BF16, False, "none", True, 64)])
 def test_query_heads_packed(monkeypatch, gp, dtype, causal, mask, probs, s):
     """flash.py's GP: the row tile holds gp query heads of one KV head (K/V tiles loaded once for
     all of them), in every pass and in the single-pass probabilities (MODE 3)."""
     monkeypatch.setattr(attn, "_attention_candidates",
                         lambda *a, **k: [(32, 32, 4, 1, f"gp{gp}")])
     monkeypatch.setattr(attn, "_single_pass_candidates",
-                        lambda s: [(32, 128, 4, 1, f"gp{gp}")] if s <= 128 and gp == 4 else [])
+                        lambda s, *a: [(32, 128, 4, 1, f"gp{gp}")] if s <= 128 and gp == 4
+                        else [])
     spec = BlockSpec(num_heads=8, num_kv_heads=2, head_dim=16, core="explicit", scale=0.25,
                      scale_op="mul", causal=causal, mask=mask, mask_fill=-1e4,
                      return_probs=probs)
@@ -767,3 +769,15 @@ def test_query_heads_packed_must_divide():
         flash.launch((q, (8 * 48, 16, 48)), (q, (8 * 48, 16, 48)), (q, (8 * 48, 16, 48, 1)),
                      torch.empty(1, 8, 48), None, None, None, 1, 8, 3, 3, 16, 1.0, 0.0, False, 0,
                      0, "ieee", False, 32, 32, 4, 1, gp=2)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("scale,s", [(-0.25, 64), (0.25, 64), (0.25, 45)])
+def test_scale_in_exponent(monkeypatch, dtype, scale, s):
+    """flash.py's FOLD (the scale applied in the exponent's FMA, 16-bit q) needs scale > 0 and
+    no mask tensor; EVEN_N (S a multiple of the key tile) drops the key bound. A negative scale
+    takes the plain path; both agree with eager."""
+    monkeypatch.setattr(attn, "_attention_candidates", lambda *a, **k: [(32, 32, 4, 1)])
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, core="explicit", scale=scale,
+                     scale_op="mul", causal=True, return_probs=True)
+    _compare(spec, 2, s, 64, dtype)
