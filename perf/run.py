@@ -222,8 +222,10 @@ def run_variant(args, workload, precision, form, impl, cases, rows, variants):
                                     "rtol": c["rtol"]}
                 call = make_call(inputs)          # module weights back to the timing inputs
                 try:
-                    gpu, meds, spread = bench.graph_time_us(call, args.replays, args.blocks)
-                    row.update(gpu_us=gpu, block_medians=meds, spread=spread)
+                    info = {}
+                    gpu, meds, spread = bench.graph_time_us(call, args.replays, args.blocks,
+                                                            info=info)
+                    row.update(gpu_us=gpu, block_medians=meds, spread=spread, **info)
                 except Exception as e:             # e.g. not capturable: still time plainly
                     row["error"] = f"graph capture/replay: {type(e).__name__}: {e}"[:500]
                 row["plain_us"] = bench.plain_time_us(call, args.plain_runs)
@@ -295,7 +297,8 @@ def main(argv=None) -> int:
                                               "plain_runs", "check_rounds", "seed", "deadline")}
     settings.update(noise_floor=floor, noise_k=args.noise_k, timing=(
         "gpu_us: median over blocks x replays of CUDA-graph replays, events around each replay, "
-        "back to back (warm L2); spread: (max-min)/median of the block medians; plain_us: median "
+        "back to back (warm L2), each graph holding calls_per_graph calls (a replay of at least "
+        "200 us) and its time divided by that; spread: (max-min)/median of the block medians; plain_us: median "
         "of plain calls, L2 flushed and device idle before each"))
     doc = {"schema": stats.SCHEMA, "env": env, "settings": settings, "rows": [],
            "variants": []}
