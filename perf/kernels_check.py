@@ -130,6 +130,7 @@ def main():
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-time", action="store_true")
     ap.add_argument("--budget-s", type=float, default=1e9)
+    ap.add_argument("--cases", default="", help="comma list of SxB (e.g. 512x1,4096x1): only these")
     ap.add_argument("--ieee", action="store_true", help="also check/time IEEE fp32 dots")
     args = ap.parse_args()
     t0 = time.time()
@@ -152,6 +153,8 @@ def main():
             compiled = torch.compile(wl.fn)
         rows = []
         for s, b in wl.cases:
+            if args.cases and f"{s}x{b}" not in args.cases.split(","):
+                continue
             if time.time() - t0 > args.budget_s:
                 rows.append(dict(S=s, B=b, skipped="budget"))
                 continue
