@@ -25,9 +25,6 @@
 * GUARD (float32 blocks run with fp16 q/k/V copies, qk_epilogue's F16): 1 = run only if FLAG is
   zero (the fp16 copies are exact roundings), 2 = run only if it is not (a value left fp16's range:
   the float32 operands are used instead). Both launches are made; one exits at once.
-* FMA_EXP (MODE 1 only; opt-in, not yet measured on a GPU): half of each tile's exponentials by
-  a polynomial on the FMA pipe (``_exp2_fma``) while the MUFU unit does the other half; at
-  head_dim 64 the stats pass issues as many MUFU exponentials as tensor-core work.
 * Output goes directly to [B, S, H*D] (strided), ready for o_proj; with GUARD 1 it may be fp16
   (for an fp16 o_proj), and a row outside fp16's useful range raises FLAG.
 * Ragged S: every tile is masked on the sequence bounds; EVEN_N (S a multiple of BLOCK_N, from
@@ -142,24 +139,6 @@ def _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR: tl.constexpr):
 
 
 @triton.jit
-def _exp2_fma(z):
-    """2^z for z <= 0 without the MUFU unit: z = j + f with j = round(z) by the 1.5 * 2^23 trick,
-    2^f on [-1/2, 1/2] by a degree-5 polynomial (max relative error 1.9e-7, about MUFU's), j
-    added to the exponent bits. 0 below -125, NaN kept."""
-    zc = tl.maximum(z, -125.0)
-    big = zc + 12582912.0                   # 1.5 * 2^23: round(zc) lands in the low bits
-    f = zc - (big - 12582912.0)
-    p = 0.001326472731307149 * f + 0.009671512991189957
-    p = p * f + 0.05550733581185341
-    p = p * f + 0.24022242426872253
-    p = p * f + 0.6931470036506653
-    p = p * f + 1.0
-    j = big.to(tl.int32, bitcast=True) - 0x4B400000
-    r = (p.to(tl.int32, bitcast=True) + (j << 23)).to(tl.float32, bitcast=True)
-    return tl.where(z != z, z, tl.where(z < -125.0, 0.0, r))
-
-
-@triton.jit
 def gqa_attention_kernel(
         Q, K, V, O, P, MASK, ML, FLAG,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
@@ -168,7 +147,7 @@ def gqa_attention_kernel(
         D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
-        GUARD: tl.constexpr, FMA_EXP: tl.constexpr = False, GP: tl.constexpr = 1,
+        GUARD: tl.constexpr, GP: tl.constexpr = 1,
         FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False):
     if GUARD == 1:
         if tl.load(FLAG) != 0:
@@ -273,16 +252,9 @@ def gqa_attention_kernel(
         else:
             m_new = tl.maximum(m_i, _row_max(t, qscale, EXP_SCALE))
             m_u = tl.where(m_new == float("-inf"), 0.0, m_new)
-            if MODE == 1 and FMA_EXP:
-                # half of the exponentials on the FMA pipe: the stats pass needs only row sums
-                za, zb = tl.split(tl.reshape(_shifted(t, m_u, qscale, EXP_SCALE),
-                                             (BLOCK_M, BLOCK_N // 2, 2)))
-                alpha = tl.exp2(m_i - m_u)
-                l_i = l_i * alpha + (tl.sum(tl.exp2(za), 1) + tl.sum(_exp2_fma(zb), 1))
-            else:
-                p = tl.exp2(_shifted(t, m_u, qscale, EXP_SCALE))
-                alpha = tl.exp2(m_i - m_u)
-                l_i = l_i * alpha + tl.sum(p, 1)
+            p = tl.exp2(_shifted(t, m_u, qscale, EXP_SCALE))
+            alpha = tl.exp2(m_i - m_u)
+            l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
             if MODE == 0:
                 v = _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR)
@@ -322,8 +294,7 @@ def gqa_attention_kernel(
 
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
            mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
-           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, fma_exp=False,
-           gp=1):
+           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1):
     """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
     v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D];
     ``flag``/``guard``: see GUARD; ``gp``: query heads per program (GP), dividing the group and
@@ -350,6 +321,6 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         num_heads, groups, seq, float(scale) * LOG2E, log2_units(float(mask_fill)),
         D=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
         MASK_KIND=mask_kind, MODE=mode, PREC=prec, UPCAST=upcast, V_KMAJOR=bool(v_kmajor),
-        PIPELINE=bool(pipeline), GUARD=int(guard), FMA_EXP=bool(fma_exp), GP=int(gp),
+        PIPELINE=bool(pipeline), GUARD=int(guard), GP=int(gp),
         FOLD=mask_kind == 0 and float(scale) > 0, EVEN_N=seq % block_n == 0,
         num_warps=num_warps, num_stages=num_stages)

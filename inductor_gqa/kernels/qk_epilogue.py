@@ -49,7 +49,7 @@ def _store16(x16_ptr, offs, x, m2, flag_ptr):
     x16 = x.to(tl.float16)
     ax = tl.where(m2, tl.abs(x), 0.0)
     over = (tl.abs(x16.to(tl.float32)) == float("inf")) & (ax < float("inf"))
-    rmax = tl.max(ax, axis=-1)      # rows along the last axis (2D tiles here, 3D in qkv_fused)
+    rmax = tl.max(ax, axis=-1)      # rows along the last axis
     tiny = (rmax > 0.0) & (rmax < FP16_MIN_NORMAL)
     tl.store(x16_ptr + offs, x16, mask=m2)
     if (tl.max(over.to(tl.int32)) != 0) | (tl.max(tiny.to(tl.int32)) != 0):
@@ -185,29 +185,6 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
         _rows(wo_ptr, kw_ptr, wo_rows, 1, S, pid - nq - nk - nv, eps_k, cos_ptr, sin_ptr, cs_b,
               cs_s, cs_d, wo16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, D, D, BLOCK_D, ROWS,
               0, 0, 0, 1, 0, 0, 0)
-
-
-@triton.jit
-def copy16_kernel(X, Y, FLAG, n_rows, D: tl.constexpr, BLOCK_D: tl.constexpr,
-                  ROWS: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK_D)
-    m2 = (rows < n_rows)[:, None] & (cols < D)[None, :]
-    offs = rows[:, None].to(tl.int64) * D + cols[None, :]
-    _store16(Y, offs, tl.load(X + offs, mask=m2, other=0.0).to(tl.float32), m2, FLAG)
-
-
-def copy16_checked(x, y16, flag, row_len):
-    """y16 = x as fp16 (x contiguous float32), raising ``flag`` by ``_store16``'s range rule
-    with rows of ``row_len`` values (o_proj's weight: rows of head_dim, as the epilogue's copy)."""
-    if not (x.is_contiguous() and y16.is_contiguous()) or y16.shape != x.shape \
-            or x.numel() % row_len:
-        raise ValueError("copy16_checked: contiguous x and y16 of one shape, whole rows")
-    block_d = triton.next_power_of_2(row_len)
-    rows = max(1, min(64, 4096 // block_d))
-    n_rows = x.numel() // row_len
-    copy16_kernel[(triton.cdiv(n_rows, rows),)](x, y16, flag, n_rows, D=row_len,
-                                                 BLOCK_D=block_d, ROWS=rows, num_warps=4)
 
 
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_heads,

@@ -30,8 +30,6 @@ def _attention_candidates(dtype, d, mode, f16=False, groups=1):
         # flash.py's PIPELINE: measured on the H200, it wins the probabilities pass at ragged S
         # (449x16: 199 -> 176 us) and with fp16 operands at large S; never the stats pass
         return cfgs + [c + ("pipeline",) for c in cfgs] + _packed(_PACKED_F16_PROBS, f16, groups)
-    if mode == 1 and fma_exp_offered():
-        return cfgs + [c + ("fma_exp",) for c in cfgs]
     return cfgs
 
 
@@ -54,12 +52,6 @@ def heads_per_program(cfg) -> int:
     """flash.py's GP from a config's flags: "gp4" packs 4 query heads of one KV head into each
     program's row tile; 1 without the flag."""
     return next((int(f[2:]) for f in cfg[4:] if isinstance(f, str) and f.startswith("gp")), 1)
-
-
-def fma_exp_offered() -> bool:
-    """Opt-in (INDUCTOR_GQA_FMA_EXP=1), not yet measured on a GPU: the stats pass's configs also
-    with flash.py's FMA_EXP (half of the exponentials as a polynomial on the FMA pipe)."""
-    return os.environ.get("INDUCTOR_GQA_FMA_EXP", "0") == "1"
 
 
 def _attention_configs(dtype, d, mode, f16=False):
@@ -170,7 +162,7 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         flash.launch(qs, ks, vs, dst, probs, mask, ml, b, s, h, spec.groups, d, scale,
                      spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns,
                      v_kmajor=kmajor, pipeline="pipeline" in cfg, flag=flag, guard=guard,
-                     fma_exp="fma_exp" in cfg, gp=heads_per_program(cfg))
+                     gp=heads_per_program(cfg))
         return o
 
     def run_fallback(mode, probs=None, ml=None):
@@ -197,7 +189,7 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
 
     def two_pass():
-        c1 = tuning.pick(base_key + (1,) + (("fma_exp",) if fma_exp_offered() else ()),
+        c1 = tuning.pick(base_key + (1,),
                          _attention_candidates(dt, d, 1, f16_cfgs, spec.groups),
                          lambda c: run(1, c, None, ml))
         run(1, c1, None, ml)        # pass 2 is measured on real statistics

@@ -37,8 +37,8 @@ from ..kernels import tuning
 from ..plan.spec import BlockSpec
 from . import fp16_plans
 from .attention import attention, fp32_dot_precision
-from .fp16_plans import f16_fused_offered, f16_operands_allowed, f16_projections_offered, \
-    fp16_copies, fp16_o_proj, o_proj
+from .fp16_plans import f16_operands_allowed, f16_projections_offered, fp16_copies, \
+    fp16_o_proj, o_proj
 from .linear import qkv
 
 
@@ -152,8 +152,6 @@ def _run(t, spec):
     plans = ["f16", "native"]
     if f16_projections_offered(t, x):
         plans.insert(0, "f16proj")
-    if f16_fused_offered(t, x, spec):
-        plans.insert(0, "f16fused")
     plan = tuning.pick(key + (tuple(plans),), plans, lambda p: _run_plan(t, spec, p, *args))
     return _run_plan(t, spec, plan, *args)
 
@@ -162,9 +160,9 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
     x = t["x"]
     b, s, _ = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-    if plan in ("f16proj", "f16fused"):
-        run = fp16_plans.run_f16proj if plan == "f16proj" else fp16_plans.run_f16fused
-        return run(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec)
+    if plan == "f16proj":
+        return fp16_plans.run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value,
+                                      scale_value, prec)
     dt = x.dtype
     f16 = plan == "f16"
     # 1. projections (cuBLAS, bias fused; one 3xTF32 Triton launch for fp32 "highest" where it

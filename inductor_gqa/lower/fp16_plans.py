@@ -1,7 +1,8 @@
 """float32 blocks under "high" on fp16 copies: which plans are offered, their buffers, the fp16
-o_proj, and the two plans that also run the projections on fp16 (f16proj: cuBLAS fp16 GEMM and
-the norm/RoPE launch; f16fused: one Triton launch for both). The "f16" plan itself (float32
-projections, fp16 copies for attention) is block._run_plan's.
+o_proj, and the plan that also runs the projections on fp16 (f16proj: cuBLAS fp16 GEMM and the
+norm/RoPE launch). The "f16" plan itself (float32 projections, fp16 copies for attention) is
+block._run_plan's. (A Triton GEMM fused with the norm/RoPE epilogue, "f16fused", lost to f16proj
+by 1-3% on the H200 and was removed: docs/kernels.md notes 16-17.)
 
 fp16 has TF32's 10-bit significand and rounds to nearest; only its range differs. Every copy is
 range-checked into one device flag, and every fp16 launch has a guarded float32 twin that runs
@@ -14,9 +15,9 @@ import os
 
 import torch
 
-from ..kernels import fp16_rows, qkv_fused, tuning
+from ..kernels import fp16_rows, tuning
 from ..kernels import linear as linear_kernels
-from ..kernels.qk_epilogue import NORM_CODES, ROPE_CODES, copy16_checked, qk_norm_rope_
+from ..kernels.qk_epilogue import qk_norm_rope_
 from .attention import attention
 from .linear import _INTERPRETER_CONFIG, linear
 
@@ -34,30 +35,6 @@ def f16_projections_offered(t, x) -> bool:
     if any(t[n] is not None for n in ("bq", "bk", "bv")) or x.shape[-1] > fp16_rows.MAX_COLS:
         return False
     return not x.is_cuda or _mm_fp32_out_ok(x.device)
-
-
-def f16_fused_offered(t, x, spec) -> bool:
-    """Opt-in (INDUCTOR_GQA_FUSED_PROJECTIONS=1), not yet measured on a GPU: the ``f16fused``
-    plan, f16proj with the GEMM and the norm/RoPE epilogue in one Triton launch
-    (``kernels/qkv_fused.py``). Needs what f16proj needs, a power-of-two head_dim of at least 16
-    and rotary_dim == head_dim."""
-    d = spec.head_dim
-    return (os.environ.get("INDUCTOR_GQA_FUSED_PROJECTIONS", "0") == "1"
-            and f16_projections_offered(t, x) and d >= 16 and d & (d - 1) == 0
-            and (spec.rope == "none" or spec.rotary_dim == d))
-
-
-# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps, stages) of the fused projection; BLOCK_N whole heads
-_QKV16_CONFIGS = [(128, 64, 64, 8, 4, 3), (128, 128, 64, 8, 8, 3), (64, 64, 64, 8, 4, 4),
-                  (128, 128, 64, 8, 8, 4), (64, 128, 64, 8, 4, 3), (128, 256, 64, 8, 8, 3)]
-
-
-def _qkv16_configs(d, nq, nk, nv):
-    if tuning.interpreting():
-        return [(32, d, 32, 8, 4, 1)]
-    return [c for c in _QKV16_CONFIGS if c[1] % d == 0 and not (nq % c[1] or nk % c[1]
-                                                                 or nv % c[1])] \
-        or [(64, d, 64, 8, 4, 3)]
 
 
 _MM_OK: dict = {}
@@ -194,36 +171,3 @@ def _scaled_fp16_operands(x, ws, flag):
     (x16, x_inv), *_ = fp16_rows.scale_rows(
         [x2d] + ws, [None] + [(w16[a:z], w_inv[a:z]) for a, z in cuts], zero=flag)
     return x16, x_inv, w16, w_inv, cuts
-
-
-def run_f16fused(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec):
-    """f16proj with the projection GEMM and the norm/RoPE epilogue in one Triton launch writing
-    the fp16 copies (``f16_fused_offered``); the float32 fallback's q, k, v come from the same
-    kernel, guarded, after the fp16 attention launches."""
-    x = t["x"]
-    b, s, _ = x.shape
-    d = spec.head_dim
-    flag = _range_flag(x)
-    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]], flag)
-    nq, nk, nv = (z - a for a, z in cuts)
-    m = b * s
-    # the fallback's float32 q, k, v (written only when the flag is raised) and the copies
-    q, k, v = (torch.empty((m, n), device=x.device, dtype=torch.float32) for n in (nq, nk, nv))
-    copies = fp16_copies(q, k, v, flag)
-    o16 = fp16_o_proj(t, spec, x)
-    if o16:
-        copy16_checked(o16[1], o16[2], flag, d)
-    norm, rope = NORM_CODES[spec.norm], ROPE_CODES[spec.rope]
-
-    def proj(outs, cfg, **kw):
-        qkv_fused.launch(x16, x_inv, w16, w_inv, nq, nk, nv, outs, flag, t["q_norm_weight"],
-                         t["k_norm_weight"], eps_value, eps_k_value, cos, sin, s, d, norm, rope,
-                         cfg, upcast=tuning.interpreting(), **kw)
-
-    key = ("qkv16", tuning.bucket(m), nq, nk, nv, x.shape[-1], d, norm, rope)
-    cfg = tuning.pick(key, _qkv16_configs(d, nq, nk, nv), lambda c: proj(copies[:3], c))
-    proj(copies[:3], cfg)
-    o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,
-                         out16=o16[0] if o16 else None,
-                         before_fallback=lambda: proj((q, k, v), cfg, out32=True, guard=2))
-    return o_proj(t, spec, o, probs, prec, o16, copies)

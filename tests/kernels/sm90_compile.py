@@ -49,7 +49,7 @@ def attention_jobs():
     jobs = []
 
     def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0, out=None,
-            guard=0, probs=None, fma_exp=False, even=False):
+            guard=0, probs=None, even=False):
         bm, bn, nw, ns = cfg[:4]
         gp = heads_per_program(cfg)
         pipeline = "pipeline" in cfg
@@ -61,12 +61,12 @@ def attention_jobs():
                      ML="*fp32", FLAG="*i32", qscale="fp32", mask_fill="fp32")
         consts = dict(D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_M=bm, BLOCK_N=bn,
                       CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
-                      PIPELINE=pipeline, GUARD=guard, FMA_EXP=fma_exp,
+                      PIPELINE=pipeline, GUARD=guard,
                       **({"GP": gp} if gp > 1 else {}), FOLD=mask == 0, EVEN_N=even, V_KMAJOR=kmajor, **({"sv_s": 1} if kmajor else {"sv_d": 1}))
         jobs.append(_job(f"attention {tag} mode{mode} {cfg[:4]} {prec} causal={causal} "
                          f"mask={mask}" + (" pipeline" if pipeline else "")
                          + (f" guard={guard}" if guard else "")
-                         + (" fma_exp" if fma_exp else "") + (f" gp{gp}" if gp > 1 else "")
+                         + (f" gp{gp}" if gp > 1 else "")
                          + (" even" if even else ""),
                          "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
                          nw, ns))
@@ -117,14 +117,6 @@ def attention_jobs():
                 out=torch.float16, probs=torch.float32, guard=1, even=s_len == 256)
         add("bf16 d128", torch.bfloat16, 128, 3, (64, 256, 8, 1), kmajor=False, causal=True,
             mask=1)
-    # opt-in FMA_EXP (stats pass): the fp16-copies configs, and one float32 and one bf16 config
-    for cfg in _attention_configs(torch.float32, 64, 1, f16=True):
-        add("fp16->fp16/fp32 d64", torch.float16, 64, 1, cfg, kmajor=False, out=torch.float16,
-            probs=torch.float32, guard=1, fma_exp=True)
-    add("fp32 d64", torch.float32, 64, 1, _attention_configs(torch.float32, 64, 1)[0],
-        kmajor=True, fma_exp=True)
-    add("bf16 d128", torch.bfloat16, 128, 1, (128, 64, 8, 3), kmajor=False, causal=True,
-        fma_exp=True)
     for mode in (0, 2):                                   # the remaining switches, one config
         for mask in (1, 2, 3):
             for causal in (False, True):
@@ -161,31 +153,6 @@ def linear_jobs():
                      dict(X="*fp32", W="*fp32", BIAS="*fp32", Y="*fp32", FLAG="*i32"),
                      dict(HAS_BIAS=False, sy_n=1, GUARD=2, PREC="tf32x3", BLOCK_M=bm,
                           BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm), nw, ns))
-    return jobs
-
-
-def fused_projection_jobs():
-    from inductor_gqa.lower.fp16_plans import _QKV16_CONFIGS
-
-    jobs = []
-    ptr = dict(X16="*fp16", W16="*fp16", X_INV="*fp32", W_INV="*fp32", FLAG="*i32",
-               QW="*fp32", KW="*fp32", COS="*fp32", SIN="*fp32", eps="fp32", eps_k="fp32")
-    for d, norm, rope, cfgs in ((64, 0, 1, _QKV16_CONFIGS), (128, 1, 2, _QKV16_CONFIGS[:2]),
-                                (64, 3, 1, _QKV16_CONFIGS[:1])):
-        for cfg in cfgs:
-            if cfg[1] % d:
-                continue
-            bm, bn, bk, gm, nw, ns = cfg
-            for out32 in (False, True):
-                o = "*fp32" if out32 else "*fp16"
-                jobs.append(_job(f"qkv_fp16 d{d} norm={norm} rope={rope} {cfg} out32={out32}",
-                                 "inductor_gqa.kernels.qkv_fused", "qkv_fp16_kernel",
-                                 dict(ptr, Q=o, K_=o, V=o),
-                                 dict(D=d, NORM=norm, ROPE=rope, OUT32=out32,
-                                      GUARD=2 if out32 else 0, UPCAST=False, cs_d=1,
-                                      BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm), nw, ns))
-    jobs.append(_job("copy16 d64", "inductor_gqa.kernels.qk_epilogue", "copy16_kernel",
-                     dict(X="*fp32", Y="*fp16", FLAG="*i32"), dict(D=64, BLOCK_D=64, ROWS=64), 4))
     return jobs
 
 
@@ -355,7 +322,7 @@ def same_as(rev: str, pattern: str = "") -> int:
 
     same = differ = skipped = 0
     with tempfile.TemporaryDirectory() as tmpdir:
-        for job in attention_jobs() + linear_jobs() + epilogue_jobs() + fused_projection_jobs():
+        for job in attention_jobs() + linear_jobs() + epilogue_jobs():
             if pattern not in job[0]:
                 continue
             old, why = _job_at(job, rev, tmpdir)
@@ -402,7 +369,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     if a.same_as:
         return same_as(a.same_as, a.inspect)
-    jobs = attention_jobs() + linear_jobs() + epilogue_jobs() + fused_projection_jobs()
+    jobs = attention_jobs() + linear_jobs() + epilogue_jobs()
     if a.inspect:
         for job in jobs:
             if a.inspect in job[0]:

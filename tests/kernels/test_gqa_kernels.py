@@ -19,7 +19,6 @@ from inductor_gqa.op.reference import attention_block_reference  # noqa: E402
 from inductor_gqa.plan.spec import BlockSpec  # noqa: E402
 from inductor_gqa.lower import attention as attn, block, fp16_plans  # noqa: E402
 from inductor_gqa.workloads import check  # noqa: E402
-from inductor_gqa.kernels.flash import _exp2_fma  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
@@ -621,125 +620,6 @@ def test_runtime_scale_and_eps(scale_op):
     # the runtime values matter: other values, other results
     t2 = dict(t, runtime_eps=torch.tensor(0.5))
     assert not torch.allclose(block.run_block(dict(t2), spec)[0], out)
-
-
-@pytest.fixture
-def fused_projections(monkeypatch, tf32_allowed):
-    monkeypatch.delenv("INDUCTOR_GQA_FP16_PROJECTIONS")
-    monkeypatch.setenv("INDUCTOR_GQA_FUSED_PROJECTIONS", "1")
-
-
-@pytest.mark.parametrize("norm,rope,heads_per_tile,causal,probs", [
-    ("none", "half", 1, False, True), ("fp32_weight", "half", 2, True, True),
-    ("fp32_one_plus_weight", "interleaved", 1, False, False),
-    ("cast_weight", "none", 2, True, False), ("fp32_weight", "interleaved", 2, False, True)])
-def test_f16_fused_projections(fused_projections, monkeypatch, norm, rope, heads_per_tile,
-                               causal, probs):
-    """Opt-in f16fused plan: GEMM + norm + RoPE in one launch on scaled fp16 operands (first
-    plan under the interpreter); tiles of one or two whole heads."""
-    d = 16
-    monkeypatch.setattr(fp16_plans, "_qkv16_configs",
-                        lambda *a: [(32, d * heads_per_tile, 32, 8, 4, 1)])
-    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=d, norm=norm, eps=1e-6, rope=rope,
-                     rotary_dim=d if rope != "none" else 0, core="explicit", scale=d ** -0.5,
-                     causal=causal, return_probs=probs)
-    t = _inputs(spec, 2, 19, 64, F32, cos_mode="table" if rope == "interleaved" else "freq")
-    assert block.f16_fused_offered(t, t["x"], spec)
-    calls = []
-    real = fp16_plans.run_f16fused
-    monkeypatch.setattr(fp16_plans, "run_f16fused", lambda *a: calls.append(1) or real(*a))
-    with torch.no_grad():
-        ref, ref_p = attention_block_reference(**t, spec=spec)
-    out, p = block.run_block(dict(t), spec)
-    assert calls
-    _close_high(out, ref, 1e-3 * ref.abs().max().item())
-    if probs:
-        _close_high(p, ref_p, 2e-3)
-
-
-@pytest.mark.parametrize("how", ["over", "tiny_v"])
-def test_f16_fused_projections_fall_back(fused_projections, how):
-    """The flag raised by the fused launch (k beyond fp16 through the norm weight, or V below
-    its normal range) sends the block to the float32 kernels, whose q, k, v the same launch
-    writes in float32 when guarded."""
-    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, norm="fp32_weight", eps=1e-6,
-                     rope="half", rotary_dim=16, core="explicit", scale=1.0, return_probs=True)
-    t = _inputs(spec, 2, 13, 64, F32)
-    with torch.no_grad():
-        ref, ref_p = attention_block_reference(**t, spec=spec)
-    if how == "over":
-        t.update(k_norm_weight=t["k_norm_weight"] * 2.0 ** 18,
-                 q_norm_weight=t["q_norm_weight"] * 2.0 ** -18)
-    else:
-        t["wv"] = t["wv"] * 2.0 ** -20
-        with torch.no_grad():
-            ref, ref_p = attention_block_reference(**t, spec=spec)
-    out, p = block.run_block(dict(t), spec)
-    assert torch.isfinite(out).all() and torch.isfinite(p).all()
-    _close_high(p, ref_p, 2e-3)
-    torch.testing.assert_close(out, ref, atol=1e-3 * ref.abs().max().item(), rtol=0)
-
-
-def test_f16_fused_not_offered():
-    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, rope="half", rotary_dim=8,
-                     core="explicit", scale=1.0)
-    t = _inputs(spec, 1, 5, 64, F32)
-    assert not block.f16_fused_offered(t, t["x"], spec)      # not opted in
-    import os
-    os.environ["INDUCTOR_GQA_FUSED_PROJECTIONS"] = "1"
-    try:
-        assert not block.f16_fused_offered(t, t["x"], spec)  # partial rotary
-    finally:
-        del os.environ["INDUCTOR_GQA_FUSED_PROJECTIONS"]
-
-
-@triton.jit
-def _exp2_fma_probe(Z, R, N: tl.constexpr):
-    offs = tl.arange(0, N)
-    tl.store(R + offs, _exp2_fma(tl.load(Z + offs)))
-
-
-def test_exp2_fma_polynomial():
-    """flash._exp2_fma: 2^z within MUFU-like error for z in (-125, 0], 0 below, NaN kept."""
-    k = _exp2_fma_probe
-
-    z = torch.cat([-torch.rand(4000, generator=torch.Generator().manual_seed(0)) * 130,
-                   torch.tensor([0.0, -0.5, -1.0, -124.9, -125.0, -126.0, float("-inf"),
-                                 float("nan")]), torch.zeros(88)])
-    r = torch.empty_like(z)
-    k[(1,)](z, r, N=z.numel())
-    exact = torch.exp2(z.double())
-    fine = z > -125
-    rel = ((r.double()[fine] - exact[fine]).abs() / exact[fine]).max().item()
-    assert rel < 3e-7, rel
-    assert torch.all(r[(z < -125) & ~z.isnan()] == 0) and r[z.isnan()].isnan().all()
-
-
-@pytest.mark.parametrize("causal,mask", [(False, 0), (True, 0), (False, 3)])
-def test_stats_pass_fma_exp(causal, mask):
-    """MODE 1 with FMA_EXP gives the row max exactly and the row sum within 1e-6 relative."""
-    from inductor_gqa.kernels import flash
-    b, s, h, hk, d = 1, 40, 2, 1, 16
-    g = torch.Generator().manual_seed(1)
-    q, k, v = (torch.randn(b * s, n * d, generator=g) for n in (h, hk, hk))
-    m = (torch.randn(b, 1, s, s, generator=g) * 3).expand(b, h, s, s) if mask else None
-    outs = []
-    for fma in (False, True):
-        ml = torch.full((b * h * s * 2,), float("nan"))
-        o = torch.empty((b, s, h * d))
-        flash.launch((q, (s * h * d, d, h * d)), (k, (s * hk * d, d, hk * d)),
-                     (v, (s * hk * d, d, hk * d, 1)), o, None, m, ml, b, s, h, h // hk, d,
-                     0.25, 0.0, causal, mask, 1, "ieee", False, 16, 32, 4, 1, fma_exp=fma)
-        outs.append(ml.view(-1, 2))
-    torch.testing.assert_close(outs[1][:, 0], outs[0][:, 0], rtol=0, atol=0)
-    torch.testing.assert_close(outs[1][:, 1], outs[0][:, 1], rtol=1e-6, atol=0)
-
-
-def test_fma_exp_candidates(monkeypatch):
-    monkeypatch.setenv("INDUCTOR_GQA_FMA_EXP", "1")
-    assert any("fma_exp" in c for c in attn._attention_candidates(F32, 64, 1))
-    monkeypatch.delenv("INDUCTOR_GQA_FMA_EXP")
-    assert not any("fma_exp" in c for c in attn._attention_candidates(F32, 64, 1))
 
 
 @pytest.mark.parametrize("gp", [2, 4])
