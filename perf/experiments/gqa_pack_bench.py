@@ -9,6 +9,8 @@ PIPELINE) and, for S <= 256, the single pass (MODE 3) is timed with GP 1, 2 and 
 inputs; results must be bitwise equal to the same config's with GP 1 (rows are independent).
 
     PYTHONPATH=$PWD python perf/experiments/gqa_pack_bench.py [--cases 4096x1,512x16] [--out F]
+
+It also times stats-pass variants that are not candidates yet (EXTRA_STATS, PIPELINE in MODE 1).
     ncu --profile-from-start off ... python perf/experiments/gqa_pack_bench.py --ncu 4096x1
 """
 import argparse
@@ -53,6 +55,7 @@ class Case:
 
 
 STATS_CFG = (64, 128, 4, 3)
+EXTRA_STATS = [(128, 64, 4, 2), (128, 64, 4, 3), (128, 128, 4, 2), (256, 64, 8, 2)]
 
 
 def t_us(fn):
@@ -71,8 +74,12 @@ def bench(case_name):
             base = [tuple(x) for x in lower_attention._single_pass_candidates(s)]
         else:
             base = lower_attention._attention_configs(torch.float32, D, mode, f16=True)
-            if mode == 2:
-                base = base + [x + ("pipeline",) for x in base]
+            if mode == 1 and EXTRA_STATS:
+                # not candidates yet: the stats pass with its next product issued early
+                # (PIPELINE), and one warpgroup over 128 rows (more independent work per thread
+                # for a pass bound by instruction latency at 16 warps per SM)
+                base = base + [x + ("pipeline",) for x in base] + EXTRA_STATS
+            base = base + [x + ("pipeline",) for x in base] if mode == 2 else base
         rows = []
         for cfg in base:
             mine = None         # this config's results with GP 1: GP > 1 must equal them
