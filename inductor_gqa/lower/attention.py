@@ -7,7 +7,6 @@ Every choice is measured once per shape bucket (``tuning.pick``) and cached.
 
 from __future__ import annotations
 
-import math
 import os
 
 import torch
@@ -137,11 +136,7 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
     mk = flash.MASK_CODES[spec.mask]
     o = torch.empty((b, s, h * d), device=q.device, dtype=dt)
-    # S's alignment is part of the key: Triton specializes on S % 16 (vector stores of the
-    # probabilities' rows; a choice measured at a ragged S was 9% slow at S=512 on the H200), and
-    # flash.py's EVEN_N on S % BLOCK_N (key tiles up to 128)
-    bucket = (tuning.bucket(s), tuning.bucket(b * h), math.gcd(s, 128))
-    base_key = (dt, h, hk, d, spec.causal, mk, prec, bucket)
+    base_key = (dt, h, hk, d, spec.causal, mk, prec, tuning.shape_key(s, b * h))
     if f16 is not None:
         q16, k16, v16, flag = f16
         main, guard = views(q16, k16, v16, False), 1

@@ -26,7 +26,6 @@ first call of a shape bucket (which measures configs once and caches the choice)
 
 from __future__ import annotations
 
-import math
 import os
 
 import torch
@@ -148,7 +147,7 @@ def _run(t, spec):
         return _run_plan(t, spec, "native", *args)
     # fp16 copies or TF32 on float32: the whole block measured each way, once per bucket
     key = ("plan", dt, h, hk, d, spec.causal, spec.mask, spec.return_probs, spec.norm,
-           spec.rope, prec, tuning.bucket(s), tuning.bucket(b * h), math.gcd(s, 128))
+           spec.rope, prec) + tuning.shape_key(s, b * h)
     plans = ["f16", "native"]
     if f16_projections_offered(t, x):
         plans.insert(0, "f16proj")

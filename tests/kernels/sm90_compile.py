@@ -61,8 +61,9 @@ def attention_jobs():
                      ML="*fp32", FLAG="*i32", qscale="fp32", mask_fill="fp32")
         consts = dict(D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_M=bm, BLOCK_N=bn,
                       CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
-                      PIPELINE=pipeline, GUARD=guard,
-                      **({"GP": gp} if gp > 1 else {}), FOLD=mask == 0, EVEN_N=even, V_KMAJOR=kmajor, **({"sv_s": 1} if kmajor else {"sv_d": 1}))
+                      PIPELINE=pipeline, GUARD=guard, FOLD=mask == 0, EVEN_N=even,
+                      V_KMAJOR=kmajor, **({"GP": gp} if gp > 1 else {}),
+                      **({"sv_s": 1} if kmajor else {"sv_d": 1}))
         jobs.append(_job(f"attention {tag} mode{mode} {cfg[:4]} {prec} causal={causal} "
                          f"mask={mask}" + (" pipeline" if pipeline else "")
                          + (f" guard={guard}" if guard else "")
