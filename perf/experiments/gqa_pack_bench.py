@@ -51,10 +51,11 @@ class Case:
                      self.probs if mode >= 2 else None, None, self.ml, b, s, H, H // HK, D, 1.0,
                      0.0, False, 0, mode, "tf32", False, bm, bn, nw, ns,
                      pipeline="pipeline" in cfg, flag=self.flag, guard=1,
-                     gp=lower_attention.heads_per_program(cfg))
+                     gp=lower_attention.heads_per_program(cfg), align4="a4" in cfg)
 
 
 STATS_CFG = (64, 128, 4, 3)
+SINGLE_MAX = 256        # --single-max: time MODE 3 up to this S (one key tile per row)
 EXTRA_STATS = [(128, 64, 4, 2), (128, 64, 4, 3), (128, 128, 4, 2), (256, 64, 8, 2)]
 
 
@@ -68,9 +69,13 @@ def bench(case_name):
     rep = {}
     c.launch(1, STATS_CFG)      # the statistics every probabilities-pass config reads
     ml_ref = c.ml.clone()
-    modes = [1, 2] + ([3] if s <= 256 else [])
+    modes = [1, 2] + ([3] if s <= max(256, SINGLE_MAX) else [])
     for mode in modes:
-        if mode == 3:
+        if mode == 3 and s > 256:
+            # not a candidate yet: one key tile of up to SINGLE_MAX keys per row
+            bn = 1 << (s - 1).bit_length()
+            base = [(16, bn, 4, 1), (16, bn, 8, 1), (32, bn, 8, 1)]
+        elif mode == 3:
             base = [tuple(x) for x in lower_attention._single_pass_candidates(s)]
         else:
             base = lower_attention._attention_configs(torch.float32, D, mode, f16=True)
@@ -83,10 +88,16 @@ def bench(case_name):
         rows = []
         for cfg in base:
             mine = None         # this config's results with GP 1: GP > 1 must equal them
-            for gp in (1, 2, 4):
-                if cfg[0] % gp:
+            a4 = mode >= 2 and s % 4 != 0 and "a4" not in cfg
+            for gp in (1, 2, 4) + (("a4",) if a4 else ()):
+                if gp == "a4":
+                    # flash.py's ALIGN4 (aligned 16-byte stores at ragged S): the same
+                    # probabilities bitwise; o sums its key tiles in other groups
+                    cc = cfg + ("a4",)
+                elif cfg[0] % gp:
                     continue
-                cc = cfg + ((f"gp{gp}",) if gp > 1 else ())
+                else:
+                    cc = cfg + ((f"gp{gp}",) if gp > 1 else ())
                 try:
                     if mode == 2:
                         c.ml.copy_(ml_ref)
@@ -97,6 +108,10 @@ def bench(case_name):
                     got = (c.ml.clone(),) if mode == 1 else (c.probs.clone(), c.o.clone())
                     if gp == 1:
                         mine, same = got, None
+                    elif gp == "a4":
+                        same = (torch.equal(got[0], mine[0])
+                                and torch.allclose(got[1].float(), mine[1].float(), rtol=2e-3,
+                                                   atol=1e-3))
                     else:
                         same = all(torch.equal(x, y) for x, y in zip(got, mine))
                     if mode >= 2 and not torch.isfinite(got[0]).all():
@@ -107,7 +122,7 @@ def bench(case_name):
                     rows.append((float("inf"), f"{cc} {type(e).__name__}: {str(e)[:80]}", gp,
                                  None))
         rows.sort()
-        best = {gp: next((r for r in rows if r[2] == gp), None) for gp in (1, 2, 4)}
+        best = {gp: next((r for r in rows if r[2] == gp), None) for gp in (1, 2, 4, "a4")}
         rep[f"mode{mode}"] = dict(top=rows[:6], best_by_gp=best,
                                   all_equal=all(r[3] for r in rows if r[3] is not None))
         print(case_name, f"mode{mode}", "best by gp:",
@@ -134,7 +149,13 @@ def main():
     ap.add_argument("--cases", default="4096x1,2048x1,512x16,449x16,1024x2,512x8,256x8,131x1")
     ap.add_argument("--out", default="")
     ap.add_argument("--ncu", default="", help="a case: profile four fixed launches")
+    ap.add_argument("--single-max", type=int, default=256)
+    ap.add_argument("--no-extra-stats", action="store_true")
     a = ap.parse_args()
+    global SINGLE_MAX, EXTRA_STATS
+    SINGLE_MAX = a.single_max
+    if a.no_extra_stats:
+        EXTRA_STATS = []
     if a.ncu:
         ncu(a.ncu, [(1, STATS_CFG), (1, STATS_CFG + ("gp4",)), (2, (64, 64, 4, 3)),
                     (2, (64, 64, 4, 3, "gp4"))])

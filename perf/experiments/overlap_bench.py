@@ -1,0 +1,187 @@
+"""Experiment: can the stats pass (MODE 1, bound by exponentials and instruction latency) run
+under the probabilities pass (MODE 2, bound by the store of the probabilities)?
+
+The two passes of one row depend on each other, but the passes of different (batch, KV head)
+chunks do not. Schedule: the stats passes of chunk 0, 1, ... run one after another on a second
+stream, each followed by an event; the probabilities pass of chunk i waits for its event on the
+main stream. If the block scheduler puts both kernels' programs on the same SMs, the pair takes
+about max(stats, probs) instead of their sum.
+
+Prediction (4096x1, fp16 copies: stats ~118 us, probabilities ~301 us, 419 in series): with 4
+chunks ~330 us (the first chunk's stats pass does not overlap), with both kernels fully
+concurrent (no dependency, the upper bound) ~300-320 us. If the probabilities pass holds every
+SM's registers, the pair stays at ~419 and this idea is dead.
+
+    PYTHONPATH=$PWD python perf/experiments/overlap_bench.py [--cases 4096x1,512x16] [--out F]
+
+Results of every schedule are compared with the serial launches (bitwise: same kernels, same
+inputs).
+"""
+import argparse
+import json
+import statistics
+
+import torch
+
+from inductor_gqa.kernels import flash, tuning
+
+H, HK, D = 16, 4, 64
+G = H // HK
+STATS = (64, 128, 4, 3, 1)
+PROBS = (128, 64, 8, 4, 4)
+
+
+def inputs(s, b, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(b * s, 1024, device="cuda", generator=g)
+    w = torch.randn(1024 + 2 * HK * D, 1024, device="cuda", generator=g) * 0.02
+    y = (x @ w.t()).view(b, s, -1)
+    q, k, v = y[..., :H * D], y[..., H * D:H * D + HK * D], y[..., H * D + HK * D:]
+    return (q.half().contiguous().view(b, s, H, D), k.half().contiguous().view(b, s, HK, D),
+            v.half().contiguous().view(b, s, HK, D))
+
+
+class Case:
+    def __init__(self, s, b):
+        self.s, self.b = s, b
+        self.q, self.k, self.v = inputs(s, b)
+        self.o = torch.empty(b, s, H * D, device="cuda", dtype=torch.float16)
+        self.probs = torch.empty(b, H, s, s, device="cuda")
+        self.ml = torch.empty(b * H * s * 2, device="cuda")
+        self.flag = torch.zeros(1, device="cuda", dtype=torch.int32)
+
+    def chunks(self, n):
+        """(b0, b1, kv0, kv1) pieces: whole batches when there are enough, else KV heads."""
+        b = self.b
+        if n <= 1:
+            return [(0, b, 0, HK)]
+        if b >= n and b % n == 0:
+            return [(i * b // n, (i + 1) * b // n, 0, HK) for i in range(n)]
+        per_b = max(1, n // b)
+        per_b = min(per_b, HK)
+        return [(bi, bi + 1, j * HK // per_b, (j + 1) * HK // per_b)
+                for bi in range(b) for j in range(per_b)]
+
+    def launch(self, mode, cfg, piece):
+        b0, b1, k0, k1 = piece
+        s = self.s
+        nb, nkv = b1 - b0, k1 - k0
+        bm, bn, nw, ns, gp = cfg
+        q = self.q[b0:b1, :, k0 * G:k1 * G]
+        k = self.k[b0:b1, :, k0:k1]
+        v = self.v[b0:b1, :, k0:k1]
+        o = self.o[b0:b1, :, k0 * G * D:k1 * G * D]
+        p = self.probs[b0:b1, k0 * G:k1 * G]
+        # ML rows are (b * H + h) * S + s: a piece is contiguous in that order
+        ml = self.ml[(b0 * H + k0 * G) * s * 2:]
+        flash.launch((q, (q.stride(0), q.stride(2), q.stride(1))),
+                     (k, (k.stride(0), k.stride(2), k.stride(1))),
+                     (v, (v.stride(0), v.stride(2), v.stride(1), 1)), o,
+                     p if mode == 2 else None, None, ml, nb, s, nkv * G, G, D, 1.0, 0.0, False,
+                     0, mode, "tf32", False, bm, bn, nw, ns, flag=self.flag, guard=1, gp=gp)
+
+
+def schedule(c, n, side, prio_side=None):
+    pieces = c.chunks(n)
+
+    def run():
+        main = torch.cuda.current_stream()
+        aux = prio_side if prio_side is not None else side
+        aux.wait_stream(main)
+        evs = []
+        with torch.cuda.stream(aux):
+            for pc in pieces:
+                c.launch(1, STATS, pc)
+                e = torch.cuda.Event()
+                e.record(aux)
+                evs.append(e)
+        for pc, e in zip(pieces, evs):
+            main.wait_event(e)
+            c.launch(2, PROBS, pc)
+        main.wait_stream(aux)
+    return run
+
+
+def concurrent(c, side):
+    """No dependency: the full stats pass beside the full probabilities pass (upper bound)."""
+    whole = c.chunks(1)[0]
+
+    def run():
+        main = torch.cuda.current_stream()
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            c.launch(1, STATS, whole)
+        c.launch(2, PROBS, whole)
+        main.wait_stream(side)
+    return run
+
+
+def t_us(fn):
+    return statistics.median(tuning.time_ms(fn, reps=5) for _ in range(3)) * 1e3
+
+
+def bench(name):
+    s, b = (int(t) for t in name.split("x"))
+    c = Case(s, b)
+    whole = c.chunks(1)[0]
+    side = torch.cuda.Stream()
+    low = torch.cuda.Stream(priority=0)
+    rep = {}
+    rep["stats"] = t_us(lambda: c.launch(1, STATS, whole))
+    rep["probs"] = t_us(lambda: c.launch(2, PROBS, whole))
+
+    def serial():
+        c.launch(1, STATS, whole)
+        c.launch(2, PROBS, whole)
+    c.probs.fill_(float("nan"))
+    c.o.fill_(float("nan"))
+    serial()
+    torch.cuda.synchronize()
+    ref = (c.probs.clone(), c.o.clone())
+    rep["serial"] = t_us(serial)
+    rep["concurrent_nodep"] = t_us(concurrent(c, side))
+    for n in (2, 4, 8, 16):
+        if len(c.chunks(n)) != n:
+            continue
+        fn = schedule(c, n, side)
+        c.probs.fill_(float("nan"))
+        c.o.fill_(float("nan"))
+        fn()
+        torch.cuda.synchronize()
+        same = torch.equal(c.probs, ref[0]) and torch.equal(c.o, ref[1])
+        rep[f"chunks{n}"] = t_us(fn)
+        rep[f"chunks{n}_equal"] = same
+    # the probabilities pass on a high-priority stream: its programs are placed first
+    hi = torch.cuda.Stream(priority=-1)
+    for n in (4, 8):
+        if len(c.chunks(n)) != n:
+            continue
+
+        def run_hi(n=n):
+            cur = torch.cuda.current_stream()
+            hi.wait_stream(cur)
+            with torch.cuda.stream(hi):
+                schedule(c, n, side, prio_side=low)()
+            cur.wait_stream(hi)
+        rep[f"chunks{n}_probs_high_prio"] = t_us(run_hi)
+    print(name, {k: (round(v, 1) if isinstance(v, float) else v) for k, v in rep.items()},
+          flush=True)
+    return rep
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="4096x1,2048x1,512x16,449x16,512x8,1024x2")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "stats_cfg": STATS, "probs_cfg": PROBS}
+    for case in a.cases.split(","):
+        report[case] = bench(case)
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
