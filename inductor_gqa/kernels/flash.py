@@ -59,10 +59,15 @@ def log2_units(x: float) -> float:
 
 
 @triton.jit
-def _qk(q, k_base, sk_s, offs_n, S, d_ok, PREC: tl.constexpr, UPCAST: tl.constexpr):
-    """Raw q @ k^T for the key tile at offs_n (rows past S read as zeros)."""
+def _qk(q, k_base, sk_s, offs_n, S, d_ok, PREC: tl.constexpr, UPCAST: tl.constexpr,
+        SHIFTED: tl.constexpr = False):
+    """Raw q @ k^T for the key tile at offs_n (rows past S, or before 0 when SHIFTED, read as
+    zeros)."""
+    n_ok = offs_n < S
+    if SHIFTED:
+        n_ok = n_ok & (offs_n >= 0)
     k = tl.load(k_base + offs_n[:, None].to(tl.int64) * sk_s,
-                mask=(offs_n < S)[:, None] & d_ok[None, :], other=0.0)
+                mask=n_ok[:, None] & d_ok[None, :], other=0.0)
     if UPCAST:
         k = k.to(tl.float32)
     return tl.dot(q, tl.trans(k), input_precision=PREC)
@@ -71,12 +76,14 @@ def _qk(q, k_base, sk_s, offs_n, S, d_ok, PREC: tl.constexpr, UPCAST: tl.constex
 @triton.jit
 def _scores(s, offs_m, offs_n, S, qscale, mask_ptr, mrow_off, sm_k, mask_fill,
             CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, PRESCALED: tl.constexpr,
-            EXP_SCALE: tl.constexpr, EVEN_N: tl.constexpr):
+            EXP_SCALE: tl.constexpr, EVEN_N: tl.constexpr, SHIFTED: tl.constexpr = False):
     """Scores of one tile from q @ k^T, in log2 units (scale * log2(e) applied), masks in the
     eager order; with EXP_SCALE still unscaled (``_row_max`` and ``_shifted`` scale them)."""
     if not PRESCALED and not EXP_SCALE:
         s = s * qscale
     valid_n = offs_n < S
+    if SHIFTED:
+        valid_n = valid_n & (offs_n >= 0)
     if CAUSAL:
         s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float("-inf"))
     if MASK_KIND != 0:
@@ -148,15 +155,46 @@ def gqa_attention_kernel(
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr = 1,
-        FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False):
+        FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False,
+        ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1):
     if GUARD == 1:
         if tl.load(FLAG) != 0:
             return
     if GUARD == 2:
         if tl.load(FLAG) == 0:
             return
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1)
+    if PERSIST:
+        # the guarded float32 fallback (GUARD 2): a few programs loop over the N_BH row-tile
+        # columns, so the launch costs little when the flag is clear (a full grid of programs
+        # that only read the flag took microseconds at W075's larger sizes)
+        n_tiles = tl.cdiv(S, BLOCK_M // GP) * N_BH
+        for tile in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
+            _attention_tile(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, FLAG,
+                            sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
+                            so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
+                            qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
+                            MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
+                            ALIGN4)
+    else:
+        _attention_tile(tl.program_id(0), tl.program_id(1), Q, K, V, O, P, MASK, ML, FLAG,
+                        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
+                        so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
+                        qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
+                        MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
+                        ALIGN4)
+
+
+@triton.jit
+def _attention_tile(
+        start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
+        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
+        sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
+        H, G, S, qscale, mask_fill,
+        D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
+        UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
+        GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr,
+        ALIGN4: tl.constexpr):
     # MR query positions per program; with GP > 1 its BLOCK_M rows are GP query heads of one KV
     # head (head-major blocks of MR rows), so each K/V tile it loads serves all of them
     MR: tl.constexpr = BLOCK_M // GP
@@ -164,7 +202,12 @@ def gqa_attention_kernel(
         b = bh // H
         h = bh - b * H
         kvh = h // G
-        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        if ALIGN4:
+            # rows of one residue class mod 4: their probability rows all start at the same
+            # offset mod 4 (DELTA below), so one shift of the key tile aligns every row's stores
+            offs_m = start_m % 4 + 4 * ((start_m // 4) * BLOCK_M + tl.arange(0, BLOCK_M))
+        else:
+            offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
         hh = h              # each row's query head
         hcol = h
         row_bh = bh
@@ -213,25 +256,40 @@ def gqa_attention_kernel(
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    if MODE >= 2:
-        p_row = P + b64 * sp_b + hcol.to(tl.int64) * sp_h + offs_m[:, None].to(tl.int64) * sp_s
+    if ALIGN4:
+        # ragged S (rows not 16-byte aligned): key tiles start DELTA columns early, so column
+        # a - DELTA of a row sits at an aligned address; whole 4-column groups are stored as
+        # 16-byte vectors, the partial groups at either end of a row one by one
+        tl.static_assert(GP == 1 and not CAUSAL and MODE >= 2)
+        row_off = b64 * sp_b + h.to(tl.int64) * sp_h + offs_m[:, None].to(tl.int64) * sp_s
+        DELTA = ((b64 * sp_b + h.to(tl.int64) * sp_h + (start_m % 4).to(tl.int64) * sp_s)
+                 % 4).to(tl.int32)
+        p_row = P + (row_off // 4) * 4
+        hi = hi + DELTA
+    else:
+        DELTA = 0
+        if MODE >= 2:
+            p_row = (P + b64 * sp_b + hcol.to(tl.int64) * sp_h
+                     + offs_m[:, None].to(tl.int64) * sp_s)
     if PIPELINE:
-        s_next = _qk(q, k_base, sk_s, offs_nb, S, d_ok, PREC, UPCAST)
+        s_next = _qk(q, k_base, sk_s, offs_nb - DELTA, S, d_ok, PREC, UPCAST, ALIGN4)
     for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + offs_nb
+        offs_n = start_n - DELTA + offs_nb
         if EVEN_N:
             n_ok = tl.full([BLOCK_N], 1, tl.int1)
+        elif ALIGN4:
+            n_ok = (offs_n < S) & (offs_n >= 0)
         else:
             n_ok = offs_n < S
         if PIPELINE:
             # the next tile's product is issued before this tile's softmax and stores, and the
             # compiler then lets the two overlap (asynchronous warpgroup MMA)
             s = s_next
-            s_next = _qk(q, k_base, sk_s, offs_n + BLOCK_N, S, d_ok, PREC, UPCAST)
+            s_next = _qk(q, k_base, sk_s, offs_n + BLOCK_N, S, d_ok, PREC, UPCAST, ALIGN4)
         else:
-            s = _qk(q, k_base, sk_s, offs_n, S, d_ok, PREC, UPCAST)
+            s = _qk(q, k_base, sk_s, offs_n, S, d_ok, PREC, UPCAST, ALIGN4)
         t = _scores(s, offs_m, offs_n, S, qscale, MASK, mrow_off, sm_k, mask_fill,
-                    CAUSAL, MASK_KIND, PRESCALED, EXP_SCALE, EVEN_N)
+                    CAUSAL, MASK_KIND, PRESCALED, EXP_SCALE, EVEN_N, ALIGN4)
         if MODE >= 2:
             if MODE == 3:   # the only tile of the row: its exact statistics first
                 m_i = _row_max(t, qscale, EXP_SCALE)
@@ -242,8 +300,19 @@ def gqa_attention_kernel(
             else:
                 p = tl.exp2(_shifted(t, lse, qscale, EXP_SCALE))
             p_out = p.to(P.dtype.element_ty)
-            tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :],
-                     eviction_policy="evict_first")
+            if ALIGN4:
+                a = start_n + offs_nb
+                grp = start_n - DELTA + (offs_nb // 4) * 4       # each 4-group's first column
+                whole = (grp >= 0) & (grp + 4 <= S)
+                tl.store(p_row + a[None, :], p_out, mask=m_ok[:, None] & whole[None, :],
+                         eviction_policy="evict_first")
+                if (start_n == 0) | (start_n + BLOCK_N > S + DELTA - 4):
+                    tl.store(p_row + a[None, :], p_out,
+                             mask=m_ok[:, None] & (n_ok & ~whole)[None, :],
+                             eviction_policy="evict_first")
+            else:
+                tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :],
+                         eviction_policy="evict_first")
             v = _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR)
             if UPCAST:
                 acc += tl.dot(p_out.to(tl.float32), v.to(tl.float32), input_precision=PREC)
@@ -292,9 +361,21 @@ def gqa_attention_kernel(
                     tl.atomic_max(FLAG, 1)
 
 
+# programs of a guarded fallback launch (flash.py's PERSIST): about one per H200 SM
+_PERSIST_PROGRAMS = 128
+
+
+def align4_ok(seq, mode, causal, gp, block_n):
+    """Where ALIGN4 applies: probabilities stored (MODE 2 or 3) with rows not 16-byte aligned
+    (S % 4 != 0), no causal mask, one query head per program; MODE 3's single key tile must
+    still cover a row shifted by up to 3 columns."""
+    return (mode >= 2 and seq % 4 != 0 and not causal and gp == 1
+            and (mode == 2 or block_n >= seq + 3))
+
+
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
            mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
-           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1):
+           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1, align4=False):
     """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
     v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D];
     ``flag``/``guard``: see GUARD; ``gp``: query heads per program (GP), dividing the group and
@@ -313,7 +394,15 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
     p_t = probs if probs is not None else out
     sp = (probs.stride(0), probs.stride(1), probs.stride(2)) if probs is not None else (0, 0, 0)
     ml_t = ml if ml is not None else out
-    grid = (triton.cdiv(seq, block_m // gp), batch * num_heads // gp)
+    align4 = bool(align4) and align4_ok(seq, mode, causal, gp, block_n)
+    if align4:
+        grid = (4 * triton.cdiv(triton.cdiv(seq, 4), block_m), batch * num_heads)
+    else:
+        grid = (triton.cdiv(seq, block_m // gp), batch * num_heads // gp)
+    persist = guard == 2 and not align4
+    n_bh = grid[1]
+    if persist:
+        grid = (min(grid[0] * grid[1], _PERSIST_PROGRAMS), 1)
     gqa_attention_kernel[grid](
         Qt, Kt, Vt, out, p_t, mask_t, ml_t, flag if guard else out,
         *sq, *sk, *sv, out.stride(0), out.stride(1), head_dim,
@@ -322,5 +411,6 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         D=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
         MASK_KIND=mask_kind, MODE=mode, PREC=prec, UPCAST=upcast, V_KMAJOR=bool(v_kmajor),
         PIPELINE=bool(pipeline), GUARD=int(guard), GP=int(gp),
-        FOLD=mask_kind == 0 and float(scale) > 0, EVEN_N=seq % block_n == 0,
+        FOLD=mask_kind == 0 and float(scale) > 0, EVEN_N=seq % block_n == 0 and not align4,
+        ALIGN4=align4, PERSIST=persist, N_BH=n_bh,
         num_warps=num_warps, num_stages=num_stages)

@@ -78,9 +78,16 @@ def linear_kernel(X, W, BIAS, Y, FLAG, M, N, K, sx_m, sw_n, sy_m, sy_n,
     if GUARD == 2:      # the float32 fallback of an fp16 GEMM: only once FLAG is raised
         if tl.load(FLAG) == 0:
             return
-    pid_m, pid_n = _grouped(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
-          HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
+        # a few programs loop over the tiles: cheap to launch when the flag is clear
+        n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+        for t in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
+            pid_m, pid_n = _grouped(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
+                  HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
+    else:
+        pid_m, pid_n = _grouped(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
+              HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
 @triton.jit
@@ -109,6 +116,10 @@ def qkv_kernel(X, M, K, sx_m,
               HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
+# programs of a guarded (GUARD 2) launch: about one per H200 SM, each looping over tiles
+GUARDED_PROGRAMS = 128
+
+
 def launch(x2d, w, bias, y2d, prec, block_m, block_n, block_k, group_m, num_warps, num_stages,
            flag=None, guard=0):
     """x2d [M, K], w [N, K] (K-contiguous rows), y2d [M, N] (any strides); ``guard=2``: every
@@ -118,6 +129,8 @@ def launch(x2d, w, bias, y2d, prec, block_m, block_n, block_k, group_m, num_warp
     if guard and flag is None:
         raise ValueError("linear launch: a guarded launch needs the flag")
     grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n),)
+    if guard == 2:
+        grid = (min(grid[0], GUARDED_PROGRAMS),)
     linear_kernel[grid](
         x2d, w, bias if bias is not None else w, y2d, flag if guard else w, m, n, k,
         x2d.stride(0), w.stride(0), y2d.stride(0), y2d.stride(1),

@@ -29,6 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
+GUARDED_PROGRAMS = 128     # programs of a guarded (GUARD 2) launch, each looping over rows
 NORM_CODES = {"none": 0, "fp32_weight": 1, "cast_weight": 2, "fp32_one_plus_weight": 3}
 FP16_MIN_NORMAL = tl.constexpr(2.0 ** -14)   # the range rule's lower bound for a row's maximum
 ROPE_CODES = {"none": 0, "half": 1, "interleaved": 2}
@@ -165,9 +166,33 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
     if GUARD == 2:      # the float32 fallback's epilogue: only once the flag is raised
         if tl.load(flag_ptr) == 0:
             return
+        # a few programs loop over the work (cheap to launch when the flag is clear)
+        n_work = nq + nk + nv + tl.cdiv(wo_rows, ROWS)
+        for pid in range(tl.program_id(0), n_work, tl.num_programs(0)):
+            _program(pid, q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, eps_k,
+                     cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr, v16_ptr,
+                     flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr, ld,
+                     wo_ptr, wo16_ptr, wo_rows, nq, nk, nv, D, BLOCK_D, ROWS, NORM, ROPE, R,
+                     F16, SCALED, STORE32, STORE_V32, STRIDED, WO)
+    else:
+        _program(tl.program_id(0), q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
+                 eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr,
+                 v16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr, ld,
+                 wo_ptr, wo16_ptr, wo_rows, nq, nk, nv, D, BLOCK_D, ROWS, NORM, ROPE, R,
+                 F16, SCALED, STORE32, STORE_V32, STRIDED, WO)
+
+
+@triton.jit
+def _program(pid, q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, eps_k,
+             cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr, v16_ptr,
+             flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr, ld,
+             wo_ptr, wo16_ptr, wo_rows, nq, nk, nv,
+             D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
+             NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
+             F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
+             STORE_V32: tl.constexpr, STRIDED: tl.constexpr, WO: tl.constexpr):
     # one flat grid: nq programs for q, then nk for k, nv for V, the rest for o_proj's weight
     # (a 2-D grid sized by q left most of the k, V and Wo programs with nothing to do)
-    pid = tl.program_id(0)
     if pid < nq:
         _rows(q_ptr, qw_ptr, q_rows, HQ, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
               q16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, ld, D, BLOCK_D, ROWS, NORM, ROPE,
@@ -252,6 +277,8 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     nk = triton.cdiv(k_rows, rows)
     nv = nk if f16 or store_v32 else 0
     grid = (nq + nk + nv + triton.cdiv(wo_rows, rows),)
+    if guard == 2:
+        grid = (min(grid[0], GUARDED_PROGRAMS),)
     qk_norm_rope_kernel[grid](
         q, k,
         q_norm_weight if norm != "none" else dummy, k_norm_weight if norm != "none" else dummy,

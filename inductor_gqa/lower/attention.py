@@ -23,13 +23,24 @@ def fp32_dot_precision() -> str:
     return "tf32"
 
 
-def _attention_candidates(dtype, d, mode, f16=False, groups=1):
+def _attention_candidates(dtype, d, mode, f16=False, groups=1, ragged=False):
+    """``ragged``: S % 4 != 0 without a causal mask (flash.py's ALIGN4 applies)."""
     cfgs = _attention_configs(dtype, d, mode, f16)
     if mode == 2 and not tuning.interpreting():
         # flash.py's PIPELINE: measured on the H200, it wins the probabilities pass at ragged S
         # (449x16: 199 -> 176 us) and with fp16 operands at large S; never the stats pass
-        return cfgs + [c + ("pipeline",) for c in cfgs] + _packed(_PACKED_F16_PROBS, f16, groups)
+        aligned = [c + ("a4",) for c in _ALIGNED_F16_PROBS] if f16 and ragged else []
+        return (cfgs + [c + ("pipeline",) for c in cfgs] + _packed(_PACKED_F16_PROBS, f16, groups)
+                + aligned)
     return cfgs
+
+
+# flash.py's ALIGN4 (rows of one residue class mod 4, key tiles shifted so the probabilities
+# go out as aligned 16-byte stores at ragged S), fp16 copies: measured on the H200
+# (perf/experiments/gqa_pack_bench.py) 120.4 -> 109.6 us for the probabilities pass at 449x16,
+# no change at 373x8, 541x1, 211x2 and 131x1
+_ALIGNED_F16_PROBS = [(64, 64, 4, 3), (64, 32, 4, 3), (128, 64, 8, 4),
+                      (64, 32, 4, 3, "pipeline")]
 
 
 # flash.py's GP: the probabilities-pass configs that won with 4 query heads per program on the
@@ -157,7 +168,7 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         flash.launch(qs, ks, vs, dst, probs, mask, ml, b, s, h, spec.groups, d, scale,
                      spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns,
                      v_kmajor=kmajor, pipeline="pipeline" in cfg, flag=flag, guard=guard,
-                     gp=heads_per_program(cfg))
+                     gp=heads_per_program(cfg), align4="a4" in cfg)
         return o
 
     def run_fallback(mode, probs=None, ml=None):
@@ -188,7 +199,9 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
                          _attention_candidates(dt, d, 1, f16_cfgs, spec.groups),
                          lambda c: run(1, c, None, ml))
         run(1, c1, None, ml)        # pass 2 is measured on real statistics
-        c2 = tuning.pick(base_key + (2,), _attention_candidates(dt, d, 2, f16_cfgs, spec.groups),
+        ragged = s % 4 != 0 and not spec.causal
+        c2 = tuning.pick(base_key + (2,),
+                         _attention_candidates(dt, d, 2, f16_cfgs, spec.groups, ragged),
                          lambda c: run(2, c, probs, ml))
         run(2, c2, probs, ml)
 

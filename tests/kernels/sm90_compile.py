@@ -63,11 +63,14 @@ def attention_jobs():
                       CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
                       PIPELINE=pipeline, GUARD=guard, FOLD=mask == 0, EVEN_N=even,
                       V_KMAJOR=kmajor, **({"GP": gp} if gp > 1 else {}),
+                      **({"ALIGN4": True} if "a4" in cfg else {}),
+                      **({"PERSIST": True} if guard == 2 else {}),
                       **({"sv_s": 1} if kmajor else {"sv_d": 1}))
         jobs.append(_job(f"attention {tag} mode{mode} {cfg[:4]} {prec} causal={causal} "
                          f"mask={mask}" + (" pipeline" if pipeline else "")
                          + (f" guard={guard}" if guard else "")
                          + (f" gp{gp}" if gp > 1 else "")
+                         + (" a4" if "a4" in cfg else "")
                          + (" even" if even else ""),
                          "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
                          nw, ns))
@@ -109,6 +112,12 @@ def attention_jobs():
     for cfg in _attention_configs(torch.bfloat16, 128, 0):
         add("bf16 d128", torch.bfloat16, 128, 0, cfg + ("gp4",), kmajor=False, causal=True,
             even=True)
+    # ALIGN4 (ragged S, aligned stores of the probabilities), and the guarded fallback's
+    # persistent form (PERSIST)
+    from inductor_gqa.lower.attention import _ALIGNED_F16_PROBS
+    for cfg in _ALIGNED_F16_PROBS:
+        add("fp16->fp16/fp32 d64", torch.float16, 64, 2, cfg + ("a4",), kmajor=False,
+            out=torch.float16, probs=torch.float32, guard=1)
     from inductor_gqa.lower.attention import _single_pass_candidates
     for s_len in (131, 256):
         for cfg in _single_pass_candidates(s_len):
@@ -207,10 +216,14 @@ def epilogue_jobs():
         block_k = 1 << (k - 1).bit_length()
         ptrs = {f"{n}{i}": t for i in range(4) for n, t in (("x", "*fp32"), ("y", "*fp16"),
                                                              ("i", "*fp32"))}
-        jobs.append(_job(f"scale_rows K={k}", "inductor_gqa.kernels.fp16_rows",
-                         "scale_rows_kernel", dict(ptrs, zero_ptr="*i32"),
+        tables = dict(inv_ptr="*fp32", pos_ptr="*i64", cos_ptr="*fp32", sin_ptr="*fp32")
+        # W075 "high" (K=1024) builds its RoPE tables in this launch
+        table = dict(TABLE=True, R=64, BLOCK_H=32, BLOCK_T=8, LIBDEVICE=True) if k == 1024 else {}
+        jobs.append(_job(f"scale_rows K={k}" + (" + rope tables" if table else ""),
+                         "inductor_gqa.kernels.fp16_rows", "scale_rows_kernel",
+                         dict(ptrs, zero_ptr="*i32", **tables),
                          dict(ROWS=max(1, 4096 // block_k), BLOCK_K=block_k, TARGET=13,
-                              ZERO=k == 1024),
+                              ZERO=k == 1024, **table),
                          8 if block_k >= 4096 else 4))
     add("bf16", 128, 96, 8, "fp32_weight", "half", 128)  # W092
     add("bf16", 128, 96, 8, "cast_weight", "interleaved", 64)

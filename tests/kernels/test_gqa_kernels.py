@@ -661,3 +661,51 @@ def test_scale_in_exponent(monkeypatch, dtype, scale, s):
     spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, core="explicit", scale=scale,
                      scale_op="mul", causal=True, return_probs=True)
     _compare(spec, 2, s, 64, dtype)
+
+
+@pytest.mark.parametrize("dtype,mask,s", [(F32, "none", 37), (F32, "additive", 70),
+                                          (BF16, "bool_keep", 33), (F32, "none", 45)])
+@pytest.mark.parametrize("single", [False, True])
+def test_aligned_ragged_stores(monkeypatch, dtype, mask, s, single):
+    """flash.py's ALIGN4 (S % 4 != 0): a program's rows are one residue class mod 4 and its key
+    tiles start DELTA columns early, so the probabilities go out as aligned 16-byte groups plus
+    the partial groups at the row ends; every element is written once, as eager computes it."""
+    monkeypatch.setattr(attn, "_attention_candidates",
+                        lambda *a, **k: [(32, 32, 4, 1, "a4")])
+    monkeypatch.setattr(attn, "_single_pass_candidates",
+                        lambda s, *a: [(32, 128, 4, 1, "a4")] if single else [])
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, core="explicit", scale=0.25,
+                     scale_op="mul", causal=False, mask=mask, mask_fill=-1e4,
+                     return_probs=True)
+    _compare(spec, 3, s, 64, dtype, mask_shape=(mask, None))
+
+
+def test_aligned_ragged_stores_only_where_they_apply():
+    from inductor_gqa.kernels import flash
+    assert flash.align4_ok(37, 2, False, 1, 32)
+    assert not flash.align4_ok(64, 2, False, 1, 32)        # rows already aligned
+    assert not flash.align4_ok(37, 1, False, 1, 32)        # the stats pass stores no rows
+    assert not flash.align4_ok(37, 2, True, 1, 32)         # causal: the plain path
+    assert not flash.align4_ok(37, 2, False, 4, 32)        # packed heads: rows of 4 heads
+    assert not flash.align4_ok(126, 3, False, 1, 128)      # one tile must cover S + 3
+
+
+@pytest.mark.parametrize("proj", [False, True])
+def test_guarded_fallbacks_loop_over_their_work(tf32_allowed, monkeypatch, proj):
+    """The guarded float32 launches (attention, epilogue finisher, o_proj) run a few programs
+    that loop over all tiles: with 2 programs each, a raised flag still gives every output."""
+    from inductor_gqa.kernels import flash, linear as linear_kernels, qk_epilogue
+    monkeypatch.setattr(flash, "_PERSIST_PROGRAMS", 2)
+    monkeypatch.setattr(linear_kernels, "GUARDED_PROGRAMS", 2)
+    monkeypatch.setattr(qk_epilogue, "GUARDED_PROGRAMS", 2)
+    if proj:
+        monkeypatch.delenv("INDUCTOR_GQA_FP16_PROJECTIONS")
+    spec = _w075_spec()
+    t = _inputs(spec, 2, 37, 64, F32)
+    t["wv"] = t["wv"] * 3e5                 # V beyond fp16: the flag is raised
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    out, p = block.run_block(dict(t), spec)
+    assert torch.isfinite(out).all() and torch.isfinite(p).all()
+    torch.testing.assert_close(p, ref_p, atol=2e-3, rtol=1e-3)
+    torch.testing.assert_close(out, ref, atol=2e-3 * ref.abs().max().item(), rtol=1e-3)
