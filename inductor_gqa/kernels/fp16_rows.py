@@ -8,7 +8,8 @@ reciprocals ``inv`` of the two operands' row scales (the norm/RoPE launch applie
 
     x @ w^T = diag(inv_x) (x16 @ w16^T) diag(inv_w)
 
-Up to four matrices with the same row length share the launch (grid axis 1 picks one). A row of
+Up to four matrices with the same row length share the launch (one flat grid), and it may also
+build the RoPE tables (``rope_table.TableJob``). A row of
 zeros gets scale 1; a row holding inf or NaN keeps them (the result is inf/NaN, as in eager).
 The launch may also clear the fp16 plans' range flag (``zero``), which saves the plan a launch.
 """
@@ -18,6 +19,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from .rope_table import table_rows
 
 TARGET_EXP = 13         # row maxima land in [2^13, 2^14): fp16's largest finite value is ~2^16
 MAX_COLS = 16384
@@ -46,33 +49,39 @@ def _rows(x_ptr, y_ptr, inv_ptr, n_rows, K, pid, ROWS: tl.constexpr, BLOCK_K: tl
 
 @triton.jit
 def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3, n3, K, zero_ptr,
+                      e1, e2, e3, e4,
+                      inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s,
                       ROWS: tl.constexpr, BLOCK_K: tl.constexpr, TARGET: tl.constexpr,
-                      ZERO: tl.constexpr):
+                      ZERO: tl.constexpr, TABLE: tl.constexpr = False, R: tl.constexpr = 0,
+                      BLOCK_H: tl.constexpr = 1, BLOCK_T: tl.constexpr = 1,
+                      INTERLEAVED: tl.constexpr = False, LIBDEVICE: tl.constexpr = False):
+    # one flat grid: programs [0, e1) scale matrix 0, [e1, e2) matrix 1, ... and, with TABLE,
+    # the programs from e4 on build the RoPE tables (rope_table.table_rows): one launch fewer
+    # (a 2-D grid sized by the longest matrix left most programs idle)
     pid = tl.program_id(0)
-    which = tl.program_id(1)
     if ZERO:
-        if (pid == 0) & (which == 0):
+        if pid == 0:
             tl.store(zero_ptr, 0)
-    if which == 0:
-        if pid * ROWS < n0:
-            _rows(x0, y0, i0, n0, K, pid, ROWS, BLOCK_K, TARGET)
-    elif which == 1:
-        if pid * ROWS < n1:
-            _rows(x1, y1, i1, n1, K, pid, ROWS, BLOCK_K, TARGET)
-    elif which == 2:
-        if pid * ROWS < n2:
-            _rows(x2, y2, i2, n2, K, pid, ROWS, BLOCK_K, TARGET)
-    else:
-        if pid * ROWS < n3:
-            _rows(x3, y3, i3, n3, K, pid, ROWS, BLOCK_K, TARGET)
+    if pid < e1:
+        _rows(x0, y0, i0, n0, K, pid, ROWS, BLOCK_K, TARGET)
+    elif pid < e2:
+        _rows(x1, y1, i1, n1, K, pid - e1, ROWS, BLOCK_K, TARGET)
+    elif pid < e3:
+        _rows(x2, y2, i2, n2, K, pid - e2, ROWS, BLOCK_K, TARGET)
+    elif pid < e4:
+        _rows(x3, y3, i3, n3, K, pid - e3, ROWS, BLOCK_K, TARGET)
+    elif TABLE:
+        table_rows(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s, pid - e4,
+                   R, BLOCK_H, BLOCK_T, INTERLEAVED, LIBDEVICE)
 
 
-def scale_rows(mats, outs=None, zero=None):
+def scale_rows(mats, outs=None, zero=None, table=None):
     """[x (M, K) float32 contiguous, ...] (one to four, same K) -> [(x16, inv), ...]: fp16 copies
     and the float32 reciprocals of their row scales (x == inv[:, None] * x16, up to fp16
     rounding). ``outs``: preallocated (x16, inv) per matrix, or None to allocate (contiguous;
     e.g. row blocks of one buffer, so that several weights become one GEMM operand). ``zero``:
-    a one-element int32 tensor the launch sets to 0 (the fp16 plans' range flag)."""
+    a one-element int32 tensor the launch sets to 0 (the fp16 plans' range flag). ``table``: a
+    ``rope_table.TableJob`` whose RoPE tables the same launch builds."""
     if not 1 <= len(mats) <= 4:
         raise ValueError("scale_rows: one to four matrices")
     k = mats[0].shape[1]
@@ -95,12 +104,18 @@ def scale_rows(mats, outs=None, zero=None):
                              or zero.device != mats[0].device):
         raise ValueError("scale_rows: zero must be a one-element int32 tensor on the device")
     args = []
+    ends = []
     for i in range(4):
         j = min(i, len(mats) - 1)
         n = mats[i].shape[0] if i < len(mats) else 0
         args += [mats[j], outs[j][0], outs[j][1], n]
-    grid = (triton.cdiv(max(m.shape[0] for m in mats), rows), 4)
-    scale_rows_kernel[grid](*args, k, zero if zero is not None else outs[0][1], ROWS=rows,
-                            BLOCK_K=block_k, TARGET=TARGET_EXP, ZERO=zero is not None,
-                            num_warps=8 if block_k >= 4096 else 4)
+        ends.append((ends[-1] if ends else 0) + triton.cdiv(n, rows))
+    if table is not None:
+        targs, tconsts, tprog = table.args, dict(table.consts, TABLE=True), table.programs
+    else:
+        targs, tconsts, tprog = (outs[0][1], outs[0][1], outs[0][1], outs[0][1], 0, 1, 0, 0), {}, 0
+    grid = (ends[-1] + tprog,)
+    scale_rows_kernel[grid](*args, k, zero if zero is not None else outs[0][1], *ends, *targs,
+                            ROWS=rows, BLOCK_K=block_k, TARGET=TARGET_EXP, ZERO=zero is not None,
+                            **tconsts, num_warps=8 if block_k >= 4096 else 4)
     return outs

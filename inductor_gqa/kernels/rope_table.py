@@ -24,8 +24,18 @@ except Exception:  # pragma: no cover
 def rope_table_kernel(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s,
                       R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
                       INTERLEAVED: tl.constexpr, LIBDEVICE: tl.constexpr):
+    table_rows(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s, tl.program_id(0),
+               R, BLOCK_H, BLOCK_T, INTERLEAVED, LIBDEVICE)
+
+
+@triton.jit
+def table_rows(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s, pid,
+               R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
+               INTERLEAVED: tl.constexpr, LIBDEVICE: tl.constexpr):
+    """BLOCK_T tokens' rows of the tables (program ``pid``); other launches may host these
+    programs (fp16_rows.scale_rows does, one launch fewer)."""
     # each frequency's cos/sin is computed once and stored to its two columns
-    toks = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    toks = pid * BLOCK_T + tl.arange(0, BLOCK_T)
     i = tl.arange(0, BLOCK_H)
     t_ok = toks < n_tok
     i_ok = i < R // 2
@@ -57,10 +67,41 @@ def rope_table_kernel(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s
     tl.store(sin_ptr + row + col1[None, :], s, mask=m)
 
 
+class TableJob:
+    """The tables' buffers and launch arguments, validated: ``launch()`` runs them alone, or
+    another kernel hosts ``programs`` more programs that call ``table_rows`` with ``args`` and
+    ``consts`` (fp16_rows.scale_rows)."""
+
+    def __init__(self, inv_freq, position_ids, rotary_dim, interleaved, dtype, interpret=False):
+        _check(inv_freq, position_ids, rotary_dim)
+        b, s = position_ids.shape
+        self.inv = inv_freq.reshape(-1).contiguous()
+        self.cos = torch.empty((b, s, rotary_dim), device=self.inv.device, dtype=dtype)
+        self.sin = torch.empty_like(self.cos)
+        n_tok = b * s
+        block_h = triton.next_power_of_2(rotary_dim // 2)
+        block_t = max(1, 256 // block_h)    # small programs: short sequences still fill the GPU
+        self.programs = triton.cdiv(n_tok, block_t)
+        self.args = (self.inv, position_ids, self.cos, self.sin, n_tok, s,
+                     position_ids.stride(0), position_ids.stride(1))
+        self.consts = dict(R=rotary_dim, BLOCK_H=block_h, BLOCK_T=block_t,
+                           INTERLEAVED=bool(interleaved),
+                           LIBDEVICE=(not interpret) and libdevice is not None)
+
+    def launch(self):
+        if self.programs:
+            rope_table_kernel[(self.programs,)](*self.args, **self.consts, num_warps=4)
+        return self.cos, self.sin
+
+
 def rope_tables(inv_freq: torch.Tensor, position_ids: torch.Tensor, rotary_dim: int,
                 interleaved: bool, dtype: torch.dtype, interpret: bool = False):
     """cos, sin [B, S, rotary_dim] in ``dtype`` for float32 ``inv_freq`` [rotary_dim / 2] and
     integer ``position_ids`` [B, S] (any strides, broadcast views included)."""
+    return TableJob(inv_freq, position_ids, rotary_dim, interleaved, dtype, interpret).launch()
+
+
+def _check(inv_freq, position_ids, rotary_dim):
     if (inv_freq.dtype != torch.float32 or rotary_dim % 2
             or inv_freq.numel() * 2 != rotary_dim):
         raise ValueError(f"rope_tables: inv_freq must be float32 [{rotary_dim // 2}], got "
@@ -68,17 +109,3 @@ def rope_tables(inv_freq: torch.Tensor, position_ids: torch.Tensor, rotary_dim: 
     if position_ids.dim() != 2 or position_ids.dtype.is_floating_point:
         raise ValueError(f"rope_tables: position_ids must be an integer [B, S] tensor, got "
                          f"{position_ids.dtype} {tuple(position_ids.shape)}")
-    b, s = position_ids.shape
-    inv = inv_freq.reshape(-1).contiguous()
-    cos = torch.empty((b, s, rotary_dim), device=inv.device, dtype=dtype)
-    sin = torch.empty_like(cos)
-    n_tok = b * s
-    if n_tok == 0:
-        return cos, sin
-    block_h = triton.next_power_of_2(rotary_dim // 2)
-    block_t = max(1, 256 // block_h)    # small programs: short sequences still fill the GPU
-    rope_table_kernel[(triton.cdiv(n_tok, block_t),)](
-        inv, position_ids, cos, sin, n_tok, s, position_ids.stride(0), position_ids.stride(1),
-        R=rotary_dim, BLOCK_H=block_h, BLOCK_T=block_t, INTERLEAVED=interleaved,
-        LIBDEVICE=(not interpret) and libdevice is not None, num_warps=4)
-    return cos, sin

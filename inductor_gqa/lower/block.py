@@ -5,8 +5,9 @@
                                            3xTF32 Triton launch where it measures faster than
                                            cuBLAS's IEEE GEMMs; float32 V comes transposed,
                                            [Hkv*D, B*S]
-    rope_tables(inv_freq, position_ids)    one Triton launch, when the op was handed the angles'
-                                           sources instead of the model's cos/sin
+    rope_tables(inv_freq, position_ids)    one Triton launch (inside the operand-scaling launch
+                                           of the f16proj plan), when the op was handed the
+                                           angles' sources instead of the model's cos/sin
     qk_norm_rope_(q, k)                    one Triton launch: RMSNorm (fp32) + RoPE, in place
     attention                              Triton flash kernel (GQA-native, masks, causal skip),
                                            two-pass when probabilities are returned; or the
@@ -31,7 +32,7 @@ import os
 import torch
 
 from ..kernels.qk_epilogue import qk_norm_rope_
-from ..kernels.rope_table import rope_tables
+from ..kernels.rope_table import TableJob
 from ..kernels import tuning
 from ..plan.spec import BlockSpec
 from . import fp16_plans
@@ -51,9 +52,12 @@ def _enabled_for(x: torch.Tensor) -> bool:
 
 
 def _rope_tables(t, spec, b, s):
+    """(cos, sin, job): the [B, S, R] views the epilogue reads; ``job`` (a TableJob, not yet
+    launched) when they are built from ``inv_freq`` and ``position_ids``: the plan launches it,
+    alone or inside its first launch."""
     cos, sin = t["cos"], t["sin"]
     if spec.rope == "none":
-        return None, None
+        return None, None, None
     r = spec.rotary_dim
     if cos is not None:
         if sin is None or cos.dtype != t["x"].dtype or sin.dtype != cos.dtype:
@@ -62,14 +66,15 @@ def _rope_tables(t, spec, b, s):
         s3 = sin if sin.dim() == 3 else sin.reshape(-1, sin.shape[-2], sin.shape[-1])
         if c3.shape[-1] != r or s3.shape[-1] != r:
             raise _NotCovered
-        return torch.broadcast_to(c3, (b, s, r)), torch.broadcast_to(s3, (b, s, r))
+        return torch.broadcast_to(c3, (b, s, r)), torch.broadcast_to(s3, (b, s, r)), None
     inv, pos = t["inv_freq"], t["position_ids"]
     if inv is None or pos is None or inv.numel() * 2 != r or pos.dim() != 2:
         raise _NotCovered
     if inv.dtype != torch.float32 or pos.dtype.is_floating_point:
         raise _NotCovered
-    return rope_tables(inv, torch.broadcast_to(pos, (b, s)), r, spec.rope == "interleaved",
-                       t["x"].dtype, interpret=tuning.interpreting())
+    job = TableJob(inv, torch.broadcast_to(pos, (b, s)), r, spec.rope == "interleaved",
+                   t["x"].dtype, interpret=tuning.interpreting())
+    return job.cos, job.sin, job
 
 
 class _NotCovered(Exception):
@@ -134,7 +139,7 @@ def _run(t, spec):
         qn, kn = t["q_norm_weight"], t["k_norm_weight"]
         if qn is None or kn is None or qn.numel() != d or kn.numel() != d:
             raise _NotCovered
-    cos, sin = _rope_tables(t, spec, b, s)
+    cos, sin, table = _rope_tables(t, spec, b, s)
     mask = _mask_view(t, spec, b, h, s)
 
     eps_value = _host_float(t, "runtime_eps", spec.eps)
@@ -142,7 +147,7 @@ def _run(t, spec):
     scale_value = _host_float(t, "runtime_scale", spec.scale)
 
     prec = fp32_dot_precision() if dt == torch.float32 else "tf32"
-    args = (cos, sin, mask, eps_value, eps_k_value, scale_value, prec)
+    args = (cos, sin, mask, eps_value, eps_k_value, scale_value, prec, table)
     if not f16_operands_allowed(dt, prec):
         return _run_plan(t, spec, "native", *args)
     # fp16 copies or TF32 on float32: the whole block measured each way, once per bucket
@@ -155,13 +160,16 @@ def _run(t, spec):
     return _run_plan(t, spec, plan, *args)
 
 
-def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value, prec):
+def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value, prec,
+              table=None):
     x = t["x"]
     b, s, _ = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-    if plan == "f16proj":
+    if plan == "f16proj":       # its operand-scaling launch also builds the RoPE tables
         return fp16_plans.run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value,
-                                      scale_value, prec)
+                                      scale_value, prec, table)
+    if table is not None:
+        table.launch()
     dt = x.dtype
     f16 = plan == "f16"
     # 1. projections (cuBLAS, bias fused; one 3xTF32 Triton launch for fp32 "highest" where it

@@ -124,15 +124,16 @@ def _range_flag(x):
     return torch.empty((1,), device=x.device, dtype=torch.int32)
 
 
-def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec):
+def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec, table=None):
     """The fp16-copies plan with the Q/K/V projections on fp16 copies as well (see
-    ``f16_projections_offered``)."""
+    ``f16_projections_offered``); ``table``: a RoPE TableJob its first launch also runs."""
     x = t["x"]
     b, s, e = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     # the three weights' copies are row blocks of one operand: one GEMM for q, k and v
     flag = _range_flag(x)
-    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]], flag)
+    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]], flag,
+                                                         table)
     q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
     # scaled float32 products [B*S, Nq+Nk+Nv]: q, k, v are its column slices; the epilogue
     # multiplies by x_inv (per token) and w_inv (per feature)
@@ -157,7 +158,7 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     return o_proj(t, spec, o, probs, prec, o16, copies)
 
 
-def _scaled_fp16_operands(x, ws, flag):
+def _scaled_fp16_operands(x, ws, flag, table=None):
     """x [B, S, E] and the weights as fp16 copies with exact power-of-two row scales:
     (x16 [B*S, E], x_inv, w16 [sum N, E], w_inv, cuts) with the weights as row blocks of w16;
     the same launch sets ``flag`` to 0."""
@@ -169,5 +170,5 @@ def _scaled_fp16_operands(x, ws, flag):
     w_inv = torch.empty((sum(n),), device=x.device, dtype=torch.float32)
     cuts = ((0, n[0]), (n[0], n[0] + n[1]), (n[0] + n[1], sum(n)))
     (x16, x_inv), *_ = fp16_rows.scale_rows(
-        [x2d] + ws, [None] + [(w16[a:z], w_inv[a:z]) for a, z in cuts], zero=flag)
+        [x2d] + ws, [None] + [(w16[a:z], w_inv[a:z]) for a, z in cuts], zero=flag, table=table)
     return x16, x_inv, w16, w_inv, cuts

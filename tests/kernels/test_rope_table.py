@@ -48,3 +48,23 @@ def test_bad_inputs_are_errors():
         rope_tables(inv, torch.zeros(1, 4, dtype=torch.long), 12, False, torch.float32)
     with pytest.raises(ValueError, match="position_ids"):
         rope_tables(inv, torch.zeros(1, 4), 16, False, torch.float32)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_tables_built_inside_scale_rows(interleaved):
+    """fp16_rows.scale_rows hosts the tables' programs after its own (one launch fewer): the
+    same tables as the standalone launch, and the same scaled copies as without them."""
+    from inductor_gqa.kernels.fp16_rows import scale_rows
+    from inductor_gqa.kernels.rope_table import TableJob
+    g = torch.Generator().manual_seed(0)
+    inv = 1.0 / 10000 ** (torch.arange(0, 64, 2, dtype=torch.float32) / 64)
+    pos = torch.arange(37)[None] + 5 * torch.arange(2)[:, None]
+    x = torch.randn(74, 96, generator=g)
+    w = torch.randn(40, 96, generator=g) * 1e-3
+    job = TableJob(inv, pos, 64, interleaved, torch.float32, interpret=True)
+    (x16, xi), (w16, wi) = scale_rows([x, w], table=job)
+    cos, sin = rope_tables(inv, pos, 64, interleaved, torch.float32, interpret=True)
+    assert torch.equal(job.cos, cos) and torch.equal(job.sin, sin)
+    (x16b, xib), (w16b, wib) = scale_rows([x, w])
+    assert torch.equal(x16, x16b) and torch.equal(w16, w16b)
+    assert torch.equal(xi, xib) and torch.equal(wi, wib)
