@@ -34,6 +34,13 @@
   4096x1, 102 -> 95 at 512x16); results are bitwise those of GP 1.
 * FOLD (no mask tensor, scale > 0, from the host): 16-bit q is multiplied by the scale inside the
   exponent's argument, one FMA per score (``_shifted``), instead of a multiply and a subtract.
+* ALIGN4 (probabilities stored, S % 4 != 0, no causal mask, GP 1; ``align4_ok``): rows not
+  16-byte aligned make every store 32-bit. A program then takes rows of one residue class mod 4,
+  whose probability rows all start at the same offset mod 4 (DELTA), and shifts its key tiles
+  DELTA columns left: whole 4-column groups go out as 16-byte stores, the partial groups at a
+  row's ends one by one (H200, probabilities pass at 449x16: 120 -> 110 us).
+* PERSIST (the guarded fallback's launches, GUARD 2): about 128 programs loop over the tiles, so
+  the launch is cheap when the flag is clear.
 """
 
 from __future__ import annotations
