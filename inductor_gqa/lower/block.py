@@ -155,7 +155,7 @@ def _run(t, spec):
            spec.rope, prec) + tuning.shape_key(s, b * h)
     plans = ["f16", "native"]
     if f16_projections_offered(t, x):
-        plans[:0] = ["f16proj", "f16proj_o32"]
+        plans.insert(0, "f16proj")
     plan = tuning.pick(key + (tuple(plans),), plans, lambda p: _run_plan(t, spec, p, *args))
     return _run_plan(t, spec, plan, *args)
 
@@ -165,9 +165,9 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
     x = t["x"]
     b, s, _ = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-    if plan in ("f16proj", "f16proj_o32"):  # its operand-scaling launch builds the RoPE tables
+    if plan == "f16proj":       # its operand-scaling launch also builds the RoPE tables
         return fp16_plans.run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value,
-                                      scale_value, prec, table, fp16_oproj=plan == "f16proj")
+                                      scale_value, prec, table)
     if table is not None:
         table.launch()
     dt = x.dtype

@@ -124,12 +124,9 @@ def _range_flag(x):
     return torch.empty((1,), device=x.device, dtype=torch.int32)
 
 
-def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec, table=None,
-                fp16_oproj=True):
+def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec, table=None):
     """The fp16-copies plan with the Q/K/V projections on fp16 copies as well (see
-    ``f16_projections_offered``); ``table``: a RoPE TableJob its first launch also runs.
-    ``fp16_oproj=False`` (plan "f16proj_o32"): o_proj from the float32 o in one cuBLAS GEMM, no
-    Wo copy and no guarded fallback GEMM: fewer bytes and launches where the GEMM is small."""
+    ``f16_projections_offered``); ``table``: a RoPE TableJob its first launch also runs."""
     x = t["x"]
     b, s, e = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
@@ -143,7 +140,7 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     qkv = _mm16(x16, w16.t())
     q, k, v = (qkv[:, a:z] for a, z in cuts)
     copies = fp16_copies(q, k, v, flag)
-    o16 = fp16_o_proj(t, spec, x) if fp16_oproj else None
+    o16 = fp16_o_proj(t, spec, x)
     common = (q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
               eps_value, spec.rope, spec.rotary_dim)
     scales = (x_inv, q_inv, k_inv, v_inv)

@@ -709,30 +709,3 @@ def test_guarded_fallbacks_loop_over_their_work(tf32_allowed, monkeypatch, proj)
     assert torch.isfinite(out).all() and torch.isfinite(p).all()
     torch.testing.assert_close(p, ref_p, atol=2e-3, rtol=1e-3)
     torch.testing.assert_close(out, ref, atol=2e-3 * ref.abs().max().item(), rtol=1e-3)
-
-
-@pytest.mark.parametrize("causal,s", [(False, 17), (True, 33)])
-def test_f16_projections_float32_o_proj(fp16_projections, monkeypatch, causal, s):
-    """Plan "f16proj_o32": fp16 projections and attention, o_proj in float32 from the float32 o
-    (no Wo copy, no guarded GEMM): offered beside "f16proj", and as close to eager."""
-    from inductor_gqa.kernels import tuning
-    seen = []
-    real = tuning.pick
-
-    def pick(key, cands, run):
-        if key and key[0] == "plan":
-            seen.append(list(cands))
-            return "f16proj_o32"
-        return real(key, cands, run)
-    monkeypatch.setattr(tuning, "pick", pick)
-    copies = []
-    real16 = fp16_plans._o_proj16
-    monkeypatch.setattr(fp16_plans, "_o_proj16", lambda *a: copies.append(1) or real16(*a))
-    spec = _w075_spec(causal)
-    t = _inputs(spec, 2, s, 64, F32)
-    with torch.no_grad():
-        ref, ref_p = attention_block_reference(**t, spec=spec)
-    out, p = block.run_block(dict(t), spec)
-    assert seen and seen[0][:2] == ["f16proj", "f16proj_o32"] and not copies
-    _close_high(out, ref, 1e-3 * ref.abs().max().item())
-    _close_high(p, ref_p, 2e-3)
