@@ -160,11 +160,17 @@ def main():
         ncu(a.ncu, [(1, STATS_CFG), (1, STATS_CFG + ("gp4",)), (2, (64, 64, 4, 3)),
                     (2, (64, 64, 4, 3, "gp4"))])
         return
-    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    for case in a.cases.split(","):
+    run_cases(bench, a.cases, a.out)
+
+
+def run_cases(bench, cases, out, **about):
+    """bench(case) per comma-separated case; the report (device, versions, ``about``) is
+    rewritten to ``out`` after each case, so a timeout keeps what finished."""
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, **about}
+    for case in cases.split(","):
         report[case] = bench(case)
-        if a.out:
-            with open(a.out, "w") as f:
+        if out:
+            with open(out, "w") as f:
                 json.dump(report, f, indent=1)
 
 

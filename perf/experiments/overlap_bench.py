@@ -18,12 +18,11 @@ Results of every schedule are compared with the serial launches (bitwise: same k
 inputs).
 """
 import argparse
-import json
-import statistics
 
 import torch
 
-from inductor_gqa.kernels import flash, tuning
+import gqa_pack_bench    # the same inputs, timing and report loop (this folder is sys.path[0])
+from inductor_gqa.kernels import flash
 
 H, HK, D = 16, 4, 64
 G = H // HK
@@ -31,24 +30,12 @@ STATS = (64, 128, 4, 3, 1)
 PROBS = (128, 64, 8, 4, 4)
 
 
-def inputs(s, b, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(b * s, 1024, device="cuda", generator=g)
-    w = torch.randn(1024 + 2 * HK * D, 1024, device="cuda", generator=g) * 0.02
-    y = (x @ w.t()).view(b, s, -1)
-    q, k, v = y[..., :H * D], y[..., H * D:H * D + HK * D], y[..., H * D + HK * D:]
-    return (q.half().contiguous().view(b, s, H, D), k.half().contiguous().view(b, s, HK, D),
-            v.half().contiguous().view(b, s, HK, D))
+class Case(gqa_pack_bench.Case):
+    """gqa_pack_bench's buffers, with q/k/v as [B, S, heads, D] views to slice pieces from."""
 
-
-class Case:
     def __init__(self, s, b):
-        self.s, self.b = s, b
-        self.q, self.k, self.v = inputs(s, b)
-        self.o = torch.empty(b, s, H * D, device="cuda", dtype=torch.float16)
-        self.probs = torch.empty(b, H, s, s, device="cuda")
-        self.ml = torch.empty(b * H * s * 2, device="cuda")
-        self.flag = torch.zeros(1, device="cuda", dtype=torch.int32)
+        super().__init__(s, b)
+        self.q, self.k, self.v = (t.view(b, s, -1, D) for t in (self.q, self.k, self.v))
 
     def chunks(self, n):
         """(b0, b1, kv0, kv1) pieces: whole batches when there are enough, else KV heads."""
@@ -116,8 +103,7 @@ def concurrent(c, side):
     return run
 
 
-def t_us(fn):
-    return statistics.median(tuning.time_ms(fn, reps=5) for _ in range(3)) * 1e3
+t_us = gqa_pack_bench.t_us
 
 
 def bench(name):
@@ -174,13 +160,7 @@ def main():
     ap.add_argument("--cases", default="4096x1,2048x1,512x16,449x16,512x8,1024x2")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
-    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "stats_cfg": STATS, "probs_cfg": PROBS}
-    for case in a.cases.split(","):
-        report[case] = bench(case)
-        if a.out:
-            with open(a.out, "w") as f:
-                json.dump(report, f, indent=1)
+    gqa_pack_bench.run_cases(bench, a.cases, a.out, stats_cfg=STATS, probs_cfg=PROBS)
 
 
 if __name__ == "__main__":

@@ -219,12 +219,22 @@ def test_f16_copies_odd_head_dim(tf32_allowed, monkeypatch, proj):
     _close_high(p, ref_p, 2e-3)
 
 
-@pytest.mark.parametrize("which", ["q", "v"])
-def test_f16_copies_overflow_falls_back(tf32_allowed, which):
+@pytest.mark.parametrize("which,proj,few", [("q", False, False), ("v", False, False),
+                                            ("v", False, True), ("v", True, True)])
+def test_f16_copies_overflow_falls_back(tf32_allowed, monkeypatch, which, proj, few):
     """A value beyond fp16's range must not reach the fp16 kernels: the flag routes the block to
-    the float32 kernels (without the fallback q or v would be inf and the outputs NaN)."""
+    the float32 kernels (without the fallback q or v would be inf and the outputs NaN). ``few``:
+    the guarded launches (attention, epilogue finisher, o_proj) get 2 programs each, which loop
+    over all the work; ``proj``: the f16proj plan (its epilogue finisher too)."""
+    if few:
+        from inductor_gqa.kernels import flash, linear as linear_kernels, qk_epilogue
+        monkeypatch.setattr(flash, "_PERSIST_PROGRAMS", 2)
+        monkeypatch.setattr(linear_kernels, "GUARDED_PROGRAMS", 2)
+        monkeypatch.setattr(qk_epilogue, "GUARDED_PROGRAMS", 2)
+    if proj:
+        monkeypatch.delenv("INDUCTOR_GQA_FP16_PROJECTIONS")
     spec = _w075_spec()
-    t = _inputs(spec, 1, 19, 64, F32)
+    t = _inputs(spec, 2 if few else 1, 37 if few else 19, 64, F32)
     t["wq" if which == "q" else "wv"] = t["wq" if which == "q" else "wv"] * 3e5
     with torch.no_grad():
         ref, ref_p = attention_block_reference(**t, spec=spec)
@@ -688,24 +698,3 @@ def test_aligned_ragged_stores_only_where_they_apply():
     assert not flash.align4_ok(37, 2, True, 1, 32)         # causal: the plain path
     assert not flash.align4_ok(37, 2, False, 4, 32)        # packed heads: rows of 4 heads
     assert not flash.align4_ok(126, 3, False, 1, 128)      # one tile must cover S + 3
-
-
-@pytest.mark.parametrize("proj", [False, True])
-def test_guarded_fallbacks_loop_over_their_work(tf32_allowed, monkeypatch, proj):
-    """The guarded float32 launches (attention, epilogue finisher, o_proj) run a few programs
-    that loop over all tiles: with 2 programs each, a raised flag still gives every output."""
-    from inductor_gqa.kernels import flash, linear as linear_kernels, qk_epilogue
-    monkeypatch.setattr(flash, "_PERSIST_PROGRAMS", 2)
-    monkeypatch.setattr(linear_kernels, "GUARDED_PROGRAMS", 2)
-    monkeypatch.setattr(qk_epilogue, "GUARDED_PROGRAMS", 2)
-    if proj:
-        monkeypatch.delenv("INDUCTOR_GQA_FP16_PROJECTIONS")
-    spec = _w075_spec()
-    t = _inputs(spec, 2, 37, 64, F32)
-    t["wv"] = t["wv"] * 3e5                 # V beyond fp16: the flag is raised
-    with torch.no_grad():
-        ref, ref_p = attention_block_reference(**t, spec=spec)
-    out, p = block.run_block(dict(t), spec)
-    assert torch.isfinite(out).all() and torch.isfinite(p).all()
-    torch.testing.assert_close(p, ref_p, atol=2e-3, rtol=1e-3)
-    torch.testing.assert_close(out, ref, atol=2e-3 * ref.abs().max().item(), rtol=1e-3)
