@@ -14,6 +14,13 @@ SM's registers, the pair stays at ~419 and this idea is dead.
 
     PYTHONPATH=$PWD python perf/experiments/overlap_bench.py [--cases 4096x1,512x16] [--out F]
 
+Measured (runs/profiles/overlap_bench_25f5698.json): no overlap with the tuned configs, whose
+probabilities pass holds all of an SM's shared memory (2 blocks of 112 KB). ``--pairs`` times
+smaller pairs that fit one SM together (SMALL_PAIRS). Prediction for 4096x1: a pair whose
+concurrent time is below the tuned serial 417 us (stats 117 + probabilities 300) would make a
+fused or two-stream schedule worth building; if every pair's concurrent time is above its own
+series sum minus 10%, co-residency does not help either, and the two passes stay serial.
+
 Results of every schedule are compared with the serial launches (bitwise: same kernels, same
 inputs).
 """
@@ -89,7 +96,7 @@ def schedule(c, n, side, prio_side=None):
     return run
 
 
-def concurrent(c, side):
+def concurrent(c, side, stats=None, probs=None):
     """No dependency: the full stats pass beside the full probabilities pass (upper bound)."""
     whole = c.chunks(1)[0]
 
@@ -97,13 +104,23 @@ def concurrent(c, side):
         main = torch.cuda.current_stream()
         side.wait_stream(main)
         with torch.cuda.stream(side):
-            c.launch(1, STATS, whole)
-        c.launch(2, PROBS, whole)
+            c.launch(1, stats or STATS, whole)
+        c.launch(2, probs or PROBS, whole)
         main.wait_stream(side)
     return run
 
 
+# (stats, probabilities) configs small enough to share an SM. The default pair cannot: the
+# probabilities config takes 112 KB of shared memory per block (2 blocks fill an SM's 227 KB),
+# the stats config 56 KB (sm_90 resource usage from tests/kernels/sm90_compile.py).
+# (stats (64, 64, 4, 2): 58 registers, 24 KB; probabilities (64, 32, 4, 3, gp4): 94 registers,
+# 40 KB; (32, 64, 4, 2, gp4): 106 registers, 24 KB; (128, 32, 8, 3, gp4): 110, 56 KB.)
+SMALL_PAIRS = [((64, 64, 4, 2, 1), (64, 32, 4, 3, 4)), ((64, 64, 4, 2, 1), (32, 64, 4, 2, 4)),
+               ((64, 128, 4, 2, 1), (128, 32, 8, 3, 4)), ((64, 64, 4, 2, 1), (64, 64, 4, 3, 4))]
+
+
 t_us = gqa_pack_bench.t_us
+PAIRS = False
 
 
 def bench(name):
@@ -126,6 +143,16 @@ def bench(name):
     ref = (c.probs.clone(), c.o.clone())
     rep["serial"] = t_us(serial)
     rep["concurrent_nodep"] = t_us(concurrent(c, side))
+    if PAIRS:
+        # configs that leave room for each other: alone, in series and side by side
+        for st, pr in SMALL_PAIRS:
+            tag = f"{st[:4]}+{pr[:4]}gp{pr[4]}"
+            rep[f"pair {tag} stats"] = t_us(lambda: c.launch(1, st, whole))
+            rep[f"pair {tag} probs"] = t_us(lambda: c.launch(2, pr, whole))
+            rep[f"pair {tag} concurrent_nodep"] = t_us(concurrent(c, side, st, pr))
+        print(name, {k: round(v, 1) for k, v in rep.items() if k.startswith("pair")},
+              flush=True)
+        return rep
     for n in (2, 4, 8, 16):
         if len(c.chunks(n)) != n:
             continue
@@ -159,7 +186,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="4096x1,2048x1,512x16,449x16,512x8,1024x2")
     ap.add_argument("--out", default="")
+    ap.add_argument("--pairs", action="store_true",
+                    help="time SMALL_PAIRS side by side (and skip the chunked schedules)")
     a = ap.parse_args()
+    global PAIRS
+    PAIRS = a.pairs
     gqa_pack_bench.run_cases(bench, a.cases, a.out, stats_cfg=STATS, probs_cfg=PROBS)
 
 
