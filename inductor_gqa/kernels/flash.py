@@ -50,6 +50,7 @@ import math
 import triton
 import triton.language as tl
 
+from . import tuning
 from .qk_epilogue import FP16_MIN_NORMAL
 
 MASK_CODES = {"none": 0, "bool_keep": 1, "bool_fill": 2, "additive": 3}
@@ -368,10 +369,6 @@ def _attention_tile(
                     tl.atomic_max(FLAG, 1)
 
 
-# programs of a guarded fallback launch (flash.py's PERSIST): about one per H200 SM
-_PERSIST_PROGRAMS = 128
-
-
 def align4_ok(seq, mode, causal, gp, block_n):
     """Where ALIGN4 applies: probabilities stored (MODE 2 or 3) with rows not 16-byte aligned
     (S % 4 != 0), no causal mask, one query head per program; MODE 3's single key tile must
@@ -409,7 +406,7 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
     persist = guard == 2 and not align4
     n_bh = grid[1]
     if persist:
-        grid = (min(grid[0] * grid[1], _PERSIST_PROGRAMS), 1)
+        grid = (min(grid[0] * grid[1], tuning.GUARDED_PROGRAMS), 1)
     gqa_attention_kernel[grid](
         Qt, Kt, Vt, out, p_t, mask_t, ml_t, flag if guard else out,
         *sq, *sk, *sv, out.stride(0), out.stride(1), head_dim,

@@ -113,7 +113,8 @@ def scale_rows(mats, outs=None, zero=None, table=None):
     if table is not None:
         targs, tconsts, tprog = table.args, dict(table.consts, TABLE=True), table.programs
     else:
-        targs, tconsts, tprog = (outs[0][1], outs[0][1], outs[0][1], outs[0][1], 0, 1, 0, 0), {}, 0
+        # no tables: placeholders for the four pointers and four integers TABLE=False never reads
+        targs, tconsts, tprog = (outs[0][1],) * 4 + (0, 1, 0, 0), {}, 0
     grid = (ends[-1] + tprog,)
     scale_rows_kernel[grid](*args, k, zero if zero is not None else outs[0][1], *ends, *targs,
                             ROWS=rows, BLOCK_K=block_k, TARGET=TARGET_EXP, ZERO=zero is not None,

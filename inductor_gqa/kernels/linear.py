@@ -18,6 +18,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from . import tuning
+
 
 @triton.jit
 def _grouped(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
@@ -116,10 +118,6 @@ def qkv_kernel(X, M, K, sx_m,
               HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
-# programs of a guarded (GUARD 2) launch: about one per H200 SM, each looping over tiles
-GUARDED_PROGRAMS = 128
-
-
 def launch(x2d, w, bias, y2d, prec, block_m, block_n, block_k, group_m, num_warps, num_stages,
            flag=None, guard=0):
     """x2d [M, K], w [N, K] (K-contiguous rows), y2d [M, N] (any strides); ``guard=2``: every
@@ -130,7 +128,7 @@ def launch(x2d, w, bias, y2d, prec, block_m, block_n, block_k, group_m, num_warp
         raise ValueError("linear launch: a guarded launch needs the flag")
     grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n),)
     if guard == 2:
-        grid = (min(grid[0], GUARDED_PROGRAMS),)
+        grid = (min(grid[0], tuning.GUARDED_PROGRAMS),)
     linear_kernel[grid](
         x2d, w, bias if bias is not None else w, y2d, flag if guard else w, m, n, k,
         x2d.stride(0), w.stride(0), y2d.stride(0), y2d.stride(1),

@@ -29,7 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
-GUARDED_PROGRAMS = 128     # programs of a guarded (GUARD 2) launch, each looping over rows
+from . import tuning
+
 NORM_CODES = {"none": 0, "fp32_weight": 1, "cast_weight": 2, "fp32_one_plus_weight": 3}
 FP16_MIN_NORMAL = tl.constexpr(2.0 ** -14)   # the range rule's lower bound for a row's maximum
 ROPE_CODES = {"none": 0, "half": 1, "interleaved": 2}
@@ -278,7 +279,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     nv = nk if f16 or store_v32 else 0
     grid = (nq + nk + nv + triton.cdiv(wo_rows, rows),)
     if guard == 2:
-        grid = (min(grid[0], GUARDED_PROGRAMS),)
+        grid = (min(grid[0], tuning.GUARDED_PROGRAMS),)
     qk_norm_rope_kernel[grid](
         q, k,
         q_norm_weight if norm != "none" else dummy, k_norm_weight if norm != "none" else dummy,

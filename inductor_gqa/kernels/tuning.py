@@ -19,6 +19,11 @@ TIMINGS: dict = {}   # key -> [(candidate, ms)], for the perf script's report
 FAILURES: dict = {}  # key -> [(candidate, error)]: candidates that failed other than for resources
 log = logging.getLogger("inductor_gqa")
 
+# programs of a guarded float32 fallback launch (GUARD 2 in flash.py, linear.py, qk_epilogue.py):
+# about one per H200 SM, each looping over the work, so the launch is cheap when the flag is clear
+# (read at launch time: tests lower it to make the loops iterate)
+GUARDED_PROGRAMS = 128
+
 
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"

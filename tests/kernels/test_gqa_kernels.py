@@ -227,10 +227,8 @@ def test_f16_copies_overflow_falls_back(tf32_allowed, monkeypatch, which, proj, 
     the guarded launches (attention, epilogue finisher, o_proj) get 2 programs each, which loop
     over all the work; ``proj``: the f16proj plan (its epilogue finisher too)."""
     if few:
-        from inductor_gqa.kernels import flash, linear as linear_kernels, qk_epilogue
-        monkeypatch.setattr(flash, "_PERSIST_PROGRAMS", 2)
-        monkeypatch.setattr(linear_kernels, "GUARDED_PROGRAMS", 2)
-        monkeypatch.setattr(qk_epilogue, "GUARDED_PROGRAMS", 2)
+        from inductor_gqa.kernels import tuning
+        monkeypatch.setattr(tuning, "GUARDED_PROGRAMS", 2)
     if proj:
         monkeypatch.delenv("INDUCTOR_GQA_FP16_PROJECTIONS")
     spec = _w075_spec()
