@@ -23,13 +23,13 @@ def fp32_dot_precision() -> str:
     return "tf32"
 
 
-def _attention_candidates(dtype, d, mode, f16=False, groups=1, ragged=False):
-    """``ragged``: S % 4 != 0 without a causal mask (flash.py's ALIGN4 applies)."""
+def _attention_candidates(dtype, d, mode, f16=False, groups=1, align4=False):
+    """``align4``: flash.py's ALIGN4 applies to the probabilities pass (``flash.align4_ok``)."""
     cfgs = _attention_configs(dtype, d, mode, f16)
     if mode == 2 and not tuning.interpreting():
         # flash.py's PIPELINE: measured on the H200, it wins the probabilities pass at ragged S
         # (449x16: 199 -> 176 us) and with fp16 operands at large S; never the stats pass
-        aligned = [c + ("a4",) for c in _ALIGNED_F16_PROBS] if f16 and ragged else []
+        aligned = [c + ("a4",) for c in _ALIGNED_F16_PROBS] if f16 and align4 else []
         return (cfgs + [c + ("pipeline",) for c in cfgs] + _packed(_PACKED_F16_PROBS, f16, groups)
                 + aligned)
     return cfgs
@@ -199,9 +199,9 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
                          _attention_candidates(dt, d, 1, f16_cfgs, spec.groups),
                          lambda c: run(1, c, None, ml))
         run(1, c1, None, ml)        # pass 2 is measured on real statistics
-        ragged = s % 4 != 0 and not spec.causal
+        align4 = flash.align4_ok(s, 2, spec.causal, 1, 0)     # the pass's rule, block_n unused
         c2 = tuning.pick(base_key + (2,),
-                         _attention_candidates(dt, d, 2, f16_cfgs, spec.groups, ragged),
+                         _attention_candidates(dt, d, 2, f16_cfgs, spec.groups, align4),
                          lambda c: run(2, c, probs, ml))
         run(2, c2, probs, ml)
 
