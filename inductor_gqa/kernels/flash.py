@@ -82,18 +82,23 @@ def _qk(q, k_base, sk_s, offs_n, S, d_ok, PREC: tl.constexpr, UPCAST: tl.constex
 
 
 @triton.jit
-def _scores(s, offs_m, offs_n, S, qscale, mask_ptr, mrow_off, sm_k, mask_fill,
+def _scores(s, offs_m, offs_n, m0, n0, S, qscale, mask_ptr, mrow_off, sm_k, mask_fill,
             CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, PRESCALED: tl.constexpr,
             EXP_SCALE: tl.constexpr, EVEN_N: tl.constexpr, SHIFTED: tl.constexpr = False):
     """Scores of one tile from q @ k^T, in log2 units (scale * log2(e) applied), masks in the
-    eager order; with EXP_SCALE still unscaled (``_row_max`` and ``_shifted`` scale them)."""
+    eager order; with EXP_SCALE still unscaled (``_row_max`` and ``_shifted`` scale them).
+    m0, n0: the tile's first query row and first key column. The causal and sequence-bound
+    selects run only in tiles that cross the diagonal or a sequence end (a uniform branch
+    instead of a select per score in every tile)."""
     if not PRESCALED and not EXP_SCALE:
         s = s * qscale
+    BN: tl.constexpr = s.shape[1]
+    if CAUSAL:
+        if n0 + BN - 1 > m0:
+            s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float("-inf"))
     valid_n = offs_n < S
     if SHIFTED:
         valid_n = valid_n & (offs_n >= 0)
-    if CAUSAL:
-        s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float("-inf"))
     if MASK_KIND != 0:
         mm = (offs_m[:, None] < S) & valid_n[None, :]
         mv = tl.load(mask_ptr + mrow_off[:, None] + offs_n[None, :].to(tl.int64) * sm_k, mask=mm,
@@ -105,7 +110,8 @@ def _scores(s, offs_m, offs_n, S, qscale, mask_ptr, mrow_off, sm_k, mask_fill,
         else:
             s = s + _log2_units(mv.to(tl.float32))
     if not EVEN_N:
-        s = tl.where(valid_n[None, :], s, float("-inf"))
+        if (n0 + BN > S) | (n0 < 0):
+            s = tl.where(valid_n[None, :], s, float("-inf"))
     return s
 
 
@@ -228,6 +234,7 @@ def _attention_tile(
         hh = h + rows // MR
         hcol = hh[:, None]
         row_bh = b * H + hh
+    m0 = start_m * MR       # the tile's first row (causal tiles; ALIGN4 is never causal)
     offs_d = tl.arange(0, BLOCK_D)
     offs_nb = tl.arange(0, BLOCK_N)
     m_ok = offs_m < S
@@ -296,7 +303,8 @@ def _attention_tile(
             s_next = _qk(q, k_base, sk_s, offs_n + BLOCK_N, S, d_ok, PREC, UPCAST, ALIGN4)
         else:
             s = _qk(q, k_base, sk_s, offs_n, S, d_ok, PREC, UPCAST, ALIGN4)
-        t = _scores(s, offs_m, offs_n, S, qscale, MASK, mrow_off, sm_k, mask_fill,
+        t = _scores(s, offs_m, offs_n, m0, start_n - DELTA, S, qscale, MASK, mrow_off, sm_k,
+                    mask_fill,
                     CAUSAL, MASK_KIND, PRESCALED, EXP_SCALE, EVEN_N, ALIGN4)
         if MODE >= 2:
             if MODE == 3:   # the only tile of the row: its exact statistics first

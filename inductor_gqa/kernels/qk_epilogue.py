@@ -54,8 +54,101 @@ def _store16(x16_ptr, offs, x, m2, flag_ptr):
     rmax = tl.max(ax, axis=-1)      # rows along the last axis
     tiny = (rmax > 0.0) & (rmax < FP16_MIN_NORMAL)
     tl.store(x16_ptr + offs, x16, mask=m2)
-    if (tl.max(over.to(tl.int32)) != 0) | (tl.max(tiny.to(tl.int32)) != 0):
-        tl.atomic_max(flag_ptr, 1)
+    # one predicated atomic per bad row: the rows' own reductions stay within their warps, where
+    # a scalar test over the whole tile would add a reduction across the program's warps
+    bad = tiny | (tl.max(over.to(tl.int32), axis=-1) != 0)
+    tl.atomic_max(flag_ptr + tl.zeros_like(rmax).to(tl.int32), 1, mask=bad)
+
+
+@triton.jit
+def _store16_pair(x16_ptr, offs1, offs2, x1, x2, m2, flag_ptr):
+    """``_store16`` for a row held as two column halves (same rule, rows over both halves)."""
+    h1 = x1.to(tl.float16)
+    h2 = x2.to(tl.float16)
+    a1 = tl.where(m2, tl.abs(x1), 0.0)
+    a2 = tl.where(m2, tl.abs(x2), 0.0)
+    over = (((tl.abs(h1.to(tl.float32)) == float("inf")) & (a1 < float("inf"))).to(tl.int32)
+            | ((tl.abs(h2.to(tl.float32)) == float("inf")) & (a2 < float("inf"))).to(tl.int32))
+    rmax = tl.maximum(tl.max(a1, axis=-1), tl.max(a2, axis=-1))
+    tiny = (rmax > 0.0) & (rmax < FP16_MIN_NORMAL)
+    tl.store(x16_ptr + offs1, h1, mask=m2)
+    tl.store(x16_ptr + offs2, h2, mask=m2)
+    bad = tiny | (tl.max(over, axis=-1) != 0)
+    tl.atomic_max(flag_ptr + tl.zeros_like(rmax).to(tl.int32), 1, mask=bad)
+
+
+@triton.jit
+def _load_cols(base, cols, m2, feat0, tok_inv, feat_inv_ptr, SCALED: tl.constexpr):
+    """Columns ``cols`` of the rows at ``base``, in fp32, with the GEMM operands' power-of-two
+    scales undone when SCALED (exact)."""
+    x = tl.load(base + cols[None, :], mask=m2, other=0.0).to(tl.float32)
+    if SCALED:
+        x = x * tok_inv[:, None] * tl.load(feat_inv_ptr + feat0[:, None] + cols[None, :],
+                                           mask=m2, other=1.0)
+    return x
+
+
+@triton.jit
+def _weighted(x, rs, w, DT: tl.constexpr, NORM: tl.constexpr):
+    """The normalized row times its weight, in the eager order of each norm style."""
+    x = x * rs[:, None]
+    if NORM == 1:
+        x = _round(x * w[None, :], DT)
+    elif NORM == 2:
+        x = _round(_round(x, DT) * w[None, :], DT)
+    else:
+        x = _round(x * (1.0 + w[None, :]), DT)
+    return x
+
+
+@triton.jit
+def _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
+                 cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr, flag_ptr, tok_inv_ptr,
+                 feat_inv_ptr, ld, D: tl.constexpr, ROWS: tl.constexpr, NORM: tl.constexpr,
+                 F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
+                 STRIDED: tl.constexpr):
+    """``_rows`` for rotate-half RoPE over the whole head (R == D, a power of two): the row is
+    loaded as its two halves, so the rotation partner of each value is in the same thread's
+    registers (a rotation of one [ROWS, D] tile moves values between threads through shared
+    memory, with barriers)."""
+    HALF: tl.constexpr = D // 2
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    c = tl.arange(0, HALF)
+    rmask = rows < n_rows
+    m2 = rmask[:, None] & (c < HALF)[None, :]
+    DT = x_ptr.dtype.element_ty
+    if STRIDED:
+        base = x_ptr + ((rows // heads).to(tl.int64) * ld + (rows % heads) * D)[:, None]
+    else:
+        base = x_ptr + rows[:, None].to(tl.int64) * D
+    feat0 = (rows % heads) * D
+    if SCALED:
+        tok_inv = tl.load(tok_inv_ptr + rows // heads, mask=rmask, other=1.0)
+    else:
+        tok_inv = tl.zeros([ROWS], tl.float32)
+    x1 = _load_cols(base, c, m2, feat0, tok_inv, feat_inv_ptr, SCALED)
+    x2 = _load_cols(base, c + HALF, m2, feat0, tok_inv, feat_inv_ptr, SCALED)
+    if NORM != 0:
+        ms = (tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / D
+        rs = 1.0 / tl.sqrt(ms + eps)
+        x1 = _weighted(x1, rs, tl.load(w_ptr + c).to(tl.float32), DT, NORM)
+        x2 = _weighted(x2, rs, tl.load(w_ptr + c + HALF).to(tl.float32), DT, NORM)
+    tok = rows // heads                      # b * S + s
+    bi = tok // S
+    si = tok - bi * S
+    cso = bi[:, None].to(tl.int64) * cs_b + si[:, None] * cs_s
+    c1 = tl.load(cos_ptr + cso + c[None, :] * cs_d, mask=m2, other=1.0).to(tl.float32)
+    s1 = tl.load(sin_ptr + cso + c[None, :] * cs_d, mask=m2, other=0.0).to(tl.float32)
+    c2 = tl.load(cos_ptr + cso + (c + HALF)[None, :] * cs_d, mask=m2, other=1.0).to(tl.float32)
+    s2 = tl.load(sin_ptr + cso + (c + HALF)[None, :] * cs_d, mask=m2, other=0.0).to(tl.float32)
+    y1 = x1 * c1 + (-x2) * s1
+    y2 = x2 * c2 + x1 * s2
+    if STORE32:
+        tl.store(base + c[None, :], y1.to(DT), mask=m2)
+        tl.store(base + (c + HALF)[None, :], y2.to(DT), mask=m2)
+    if F16:
+        offs = rows[:, None].to(tl.int64) * D + c[None, :]
+        _store16_pair(x16_ptr, offs, offs + HALF, y1, y2, m2, flag_ptr)
 
 
 @triton.jit
@@ -78,6 +171,23 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
           D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
           NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, F16: tl.constexpr,
           SCALED: tl.constexpr, STORE32: tl.constexpr, STRIDED: tl.constexpr):
+    if (ROPE == 1) & (R == D) & (BLOCK_D == D):
+        _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s,
+                     cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr, ld, D, ROWS, NORM, F16,
+                     SCALED, STORE32, STRIDED)
+    else:
+        _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s,
+                   cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr, ld, D, BLOCK_D, ROWS,
+                   NORM, ROPE, R, F16, SCALED, STORE32, STRIDED)
+
+
+@triton.jit
+def _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
+               cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr,
+               ld, D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
+               NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, F16: tl.constexpr,
+               SCALED: tl.constexpr, STORE32: tl.constexpr, STRIDED: tl.constexpr):
+    """One [ROWS, BLOCK_D] tile of rows: no RoPE, interleaved RoPE, or a partial rotary dim."""
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_D)
     rmask = rows < n_rows
