@@ -273,11 +273,13 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                         NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
                         F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
                         STORE_V32: tl.constexpr, GUARD: tl.constexpr, STRIDED: tl.constexpr,
-                        WO: tl.constexpr):
+                        WO: tl.constexpr, LOOP: tl.constexpr = False):
     if GUARD == 2:      # the float32 fallback's epilogue: only once the flag is raised
         if tl.load(flag_ptr) == 0:
             return
-        # a few programs loop over the work (cheap to launch when the flag is clear)
+    if LOOP:
+        # fewer programs than row blocks loop over the work (GUARD 2: cheap to launch when the
+        # flag is clear)
         n_work = nq + nk + nv + tl.cdiv(wo_rows, ROWS)
         for pid in range(tl.program_id(0), n_work, tl.num_programs(0)):
             _program(pid, q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, eps_k,
@@ -323,10 +325,18 @@ def _program(pid, q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, 
               0, 0, 0, 1, 0, 0, 0)
 
 
+def default_rows(block_d):
+    """Rows per program. From epilogue_bench on the H200 at W075 sizes (head_dim 64): 16 rows
+    are 3-6% faster than 32 since rows are loaded as halves (runs/profiles/
+    epilogue_ab_86efc75.txt), and 32 were 8% faster than 64 before; other head sizes keep 32
+    (not measured)."""
+    return 16 if block_d <= 64 else max(1, min(32, 4096 // block_d))
+
+
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_heads,
                   num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None, v=None,
                   copies=None, flag=None, scales=None, store32=None, guard=0, wo=None,
-                  rows=None, num_warps=4):
+                  rows=None, num_warps=4, programs=None):
     """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin: [B, S, R]-broadcast
     views (None without RoPE). ``copies``: (q16, k16, v16) to also write fp16 copies of the
     float32 q, k (after norm and RoPE) and ``v`` [B*S, Hkv*D]; ``flag`` (int32, zeroed by the
@@ -342,8 +352,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     q_rows = batch * seq * num_heads
     k_rows = batch * seq * num_kv_heads
     block_d = triton.next_power_of_2(d)
-    # 32 rows per program: 8% faster than 64 at W075 sizes on the H200 (epilogue_bench)
-    rows = rows or max(1, min(32, 4096 // block_d))
+    rows = rows or default_rows(block_d)
     dummy = q
     if rope != "none":
         cs = (cos.stride(0), cos.stride(1), cos.stride(2))
@@ -389,7 +398,10 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     nv = nk if f16 or store_v32 else 0
     grid = (nq + nk + nv + triton.cdiv(wo_rows, rows),)
     if guard == 2:
-        grid = (min(grid[0], tuning.GUARDED_PROGRAMS),)
+        programs = tuning.GUARDED_PROGRAMS
+    loop = programs is not None and programs < grid[0]
+    if loop:
+        grid = (programs,)
     qk_norm_rope_kernel[grid](
         q, k,
         q_norm_weight if norm != "none" else dummy, k_norm_weight if norm != "none" else dummy,
@@ -400,4 +412,4 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
         R=rotary_dim if rope != "none" else 0, F16=f16, SCALED=scales is not None,
         STORE32=bool(store32), STORE_V32=store_v32, GUARD=int(guard), STRIDED=strided,
-        WO=wo is not None, num_warps=num_warps)
+        WO=wo is not None, LOOP=loop, num_warps=num_warps)

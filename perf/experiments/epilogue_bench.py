@@ -64,11 +64,14 @@ def main():
         old = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(old)
     g = torch.Generator(device="cuda").manual_seed(0)
-    variants = [("new rows=64 w4", qk_epilogue, {}),
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    variants = [("new (default)", qk_epilogue, {}),
                 ("new rows=32 w4", qk_epilogue, dict(rows=32)),
-                ("new rows=16 w4", qk_epilogue, dict(rows=16)),
-                ("new rows=64 w8", qk_epilogue, dict(num_warps=8)),
-                ("new rows=32 w8", qk_epilogue, dict(rows=32, num_warps=8))]
+                ("new rows=8 w4", qk_epilogue, dict(rows=8)),
+                ("new rows=16 w2", qk_epilogue, dict(num_warps=2))]
+    # fewer programs that loop over the row blocks (the guarded launch's form)
+    variants += [(f"new rows={r} loop {n}xSMs", qk_epilogue, dict(rows=r, programs=n * sms))
+                 for r in (16, 32) for n in (4, 8, 16)]
     if old is not None:
         variants.insert(0, ("old (default)", old, {}))
     for s, b in CASES:

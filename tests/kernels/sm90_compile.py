@@ -167,7 +167,7 @@ def linear_jobs():
 
 
 def epilogue_jobs():
-    from inductor_gqa.kernels.qk_epilogue import NORM_CODES, ROPE_CODES
+    from inductor_gqa.kernels.qk_epilogue import NORM_CODES, ROPE_CODES, default_rows
 
     jobs = []
 
@@ -187,10 +187,10 @@ def epilogue_jobs():
                      kf_inv_ptr="*fp32" if scaled else dummy,
                      vf_inv_ptr="*fp32" if scaled else dummy,
                      wo_ptr="*fp32" if f16 else dummy, wo16_ptr="*fp16" if f16 else dummy)
-        consts = dict(D=d, BLOCK_D=block_d, ROWS=max(1, min(32, 4096 // block_d)),
+        consts = dict(D=d, BLOCK_D=block_d, ROWS=default_rows(block_d),
                       NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope], R=r, cs_d=1, F16=f16,
                       SCALED=scaled, STORE32=store32, STORE_V32=store32 and scaled, GUARD=guard,
-                      STRIDED=scaled, WO=f16 and dt == "fp32")
+                      LOOP=guard == 2, STRIDED=scaled, WO=f16 and dt == "fp32")
         jobs.append(_job(f"qk_norm_rope {dt} d{d} {heads}/{kv} {norm} {rope} r{r} f16={f16}"
                          + (f" scaled strided store32={store32} guard={guard}" if scaled else ""),
                          "inductor_gqa.kernels.qk_epilogue", "qk_norm_rope_kernel", types,
