@@ -373,8 +373,8 @@ def _attention_tile(
                 a = tl.where(m_ok[:, None] & d_ok[None, :], tl.abs(acc), 0.0)
                 rmax = tl.max(a, 1)
                 bad = ((rmax > 0.0) & (rmax < FP16_MIN_NORMAL)) | (rmax >= 65504.0)
-                if tl.max(bad.to(tl.int32)) != 0:
-                    tl.atomic_max(FLAG, 1)
+                # one predicated atomic per bad row, no reduction across the program's warps
+                tl.atomic_max(FLAG + tl.zeros_like(offs_m), 1, mask=bad)
 
 
 def align4_ok(seq, mode, causal, gp, block_n):

@@ -5,16 +5,18 @@ The launch measured ~40 us at 512x16 in profile_block (about 2 TB/s for ~85 MB).
 per program and warps of the current kernel, and optionally the kernel of another revision (its
 module file given with --old, e.g. ``git show REV:inductor_gqa/kernels/qk_epilogue.py``), so that
 a kernel change is timed against its predecessor in one process. Results also check that every
-variant writes the same copies.
+variant writes the same copies. Also timed: fewer programs that loop over the row blocks (``programs``;
+measured no steady gain, runs/profiles/epilogue_loop_*.txt).
 
+    git show REV:inductor_gqa/kernels/qk_epilogue.py > /tmp/qk_epilogue_old.py
     PYTHONPATH=$PWD python perf/experiments/epilogue_bench.py [--old /tmp/qk_epilogue_old.py]
 """
 import argparse
-import importlib.util
 import statistics
 
 import torch
 
+import flash_ab_bench    # this folder is sys.path[0]
 from inductor_gqa.kernels import qk_epilogue, tuning
 from inductor_gqa.kernels.fp16_rows import scale_rows
 from inductor_gqa.kernels.rope_table import rope_tables
@@ -60,9 +62,7 @@ def main():
     args = p.parse_args()
     old = None
     if args.old:
-        spec = importlib.util.spec_from_file_location("qk_epilogue_old", args.old)
-        old = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(old)
+        old = flash_ab_bench.load_module(args.old)     # relative imports made absolute
     g = torch.Generator(device="cuda").manual_seed(0)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     variants = [("new (default)", qk_epilogue, {}),
