@@ -126,7 +126,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--out", default="kernels.json")
-    ap.add_argument("--only", default="", help="comma list of W075,W075c,W092")
+    ap.add_argument("--only", default="",
+                    help="comma list of W092, W075-high, W075-highest, W075c-high, W075c-highest")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-time", action="store_true")
     ap.add_argument("--budget-s", type=float, default=1e9)
@@ -135,15 +136,19 @@ def main():
     args = ap.parse_args()
     t0 = time.time()
     runs = [("W092", W092, False, "highest"), ("W075-high", W075, False, "high"),
-            ("W075-highest", W075, False, "highest"), ("W075c-high", W075, True, "high")]
+            ("W075-highest", W075, False, "highest"), ("W075c-high", W075, True, "high"),
+            ("W075c-highest", W075, True, "highest")]
     if args.only:
         keep = args.only.split(",")
+        unknown = sorted(set(keep) - {r[0] for r in runs})
+        if unknown:
+            ap.error(f"--only: unknown {unknown}; known: {[r[0] for r in runs]}")
         runs = [r for r in runs if r[0] in keep]
     report = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                   triton=__import__("triton").__version__, rounds=args.rounds, runs={})
     for name, wl, causal, prec in runs:
         variants = [("k", {})]
-        if name == "W075-highest":
+        if name in ("W075-highest", "W075c-highest"):
             variants = [("tf32x3", {"INDUCTOR_GQA_FP32_HIGHEST": "tf32x3"})]
             if args.ieee:
                 variants.append(("ieee", {"INDUCTOR_GQA_FP32_HIGHEST": "ieee"}))
