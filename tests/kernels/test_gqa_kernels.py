@@ -363,6 +363,47 @@ def test_f16_overflow_flag():
             assert torch.equal(c.float()[fine], x.half().float()[fine])
 
 
+def _stats(q, k, b, s, h, hk, d, causal, cfg, kbound=None, gp=1):
+    from inductor_gqa.kernels import flash
+    ml = torch.full((b * h * s * 2,), float("nan"))
+    o = torch.empty(b, s, h * d, dtype=torch.float16)
+    flash.launch((q, (s * h * d, d, h * d)), (k, (s * hk * d, d, hk * d)),
+                 (k, (s * hk * d, d, hk * d, 1)), o, None, None, ml, b, s, h, h // hk, d,
+                 0.125, 0.0, causal, 0, 1, "ieee", True, *cfg, gp=gp, kbound=kbound)
+    m, l = ml.view(-1, 2).unbind(1)
+    return m, l
+
+
+@pytest.mark.parametrize("causal,s,gp", [(False, 37, 1), (True, 37, 1), (False, 64, 2)])
+def test_stats_bound(causal, s, gp):
+    """The stats pass without a running maximum (BOUND): its row sums, shifted by the Cauchy-
+    Schwarz bound, give the same log-sum-exp as the running-maximum pass; a bound too loose for
+    float32 (sum below 2^-60) falls back to the exact statistics."""
+    b, h, hk, d = 2, 4, 2, 16
+    g = torch.Generator().manual_seed(1)
+    q = (torch.randn(b * s, h * d, generator=g) * 3).half()
+    k = (torch.randn(b * s, hk * d, generator=g) * 3).half()
+    cfg = (32, 16, 4, 1)
+    m0, l0 = _stats(q, k, b, s, h, hk, d, causal, cfg, gp=gp)
+    kb = k.float().view(b, s, hk, d).norm(dim=-1).amax(dim=1).reshape(-1).contiguous()
+    m1, l1 = _stats(q, k, b, s, h, hk, d, causal, cfg, kbound=kb, gp=gp)
+    assert not torch.equal(m1, m0)          # the bound, not the maximum
+    lse0, lse1 = m0 + torch.log2(l0), m1 + torch.log2(l1)
+    torch.testing.assert_close(lse1, lse0, atol=1e-5, rtol=1e-6)
+    # a bound of 1e12 per key norm leaves every sum at 0 (underflow): the exact statistics
+    m2, l2 = _stats(q, k, b, s, h, hk, d, causal, cfg, kbound=torch.full_like(kb, 1e12), gp=gp)
+    assert torch.equal(m2, m0) and torch.equal(l2, l0)
+
+
+def test_stats_bound_rejects():
+    from inductor_gqa.kernels import flash
+    q = torch.zeros(8, 16)
+    with pytest.raises(ValueError, match="kbound"):
+        flash.launch((q, (128, 16, 16)), (q, (128, 16, 16)), (q, (128, 16, 16, 1)),
+                     torch.empty(1, 8, 16), None, None, torch.empty(16), 1, 8, 1, 1, 16, 1.0,
+                     0.0, False, 0, 1, "ieee", False, 16, 16, 4, 1, kbound=torch.ones(1))
+
+
 @pytest.mark.parametrize("guard,flag,runs", [(1, 0, True), (1, 1, False), (2, 0, False),
                                              (2, 1, True)])
 def test_attention_guard(guard, flag, runs):
