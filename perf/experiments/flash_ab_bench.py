@@ -22,9 +22,7 @@ import torch
 
 import gqa_pack_bench    # inputs, timing and report loop (this folder is sys.path[0])
 from inductor_gqa.kernels import flash
-from inductor_gqa.lower import attention as lower_attention
 
-H, HK, D = 16, 4, 64
 STATS = [(64, 128, 4, 3), (64, 64, 4, 2), (128, 64, 8, 3)]
 PROBS = [(128, 64, 8, 4, "gp4"), (64, 64, 4, 3), (64, 64, 4, 3, "a4"), (64, 32, 4, 3, "gp4")]
 
@@ -42,24 +40,12 @@ def load_module(path):
     return mod
 
 
-class Case(gqa_pack_bench.Case):
-    def launch_with(self, mod, mode, cfg):
-        s, b = self.s, self.b
-        bm, bn, nw, ns = cfg[:4]
-        mod.launch((self.q, (s * H * D, D, H * D)), (self.k, (s * HK * D, D, HK * D)),
-                   (self.v, (s * HK * D, D, HK * D, 1)), self.o,
-                   self.probs if mode >= 2 else None, None, self.ml, b, s, H, H // HK, D, 1.0,
-                   0.0, False, 0, mode, "tf32", False, bm, bn, nw, ns,
-                   pipeline="pipeline" in cfg, flag=self.flag, guard=1,
-                   gp=lower_attention.heads_per_program(cfg), align4="a4" in cfg)
-
-
 OLD = None
 
 
 def bench(name):
     s, b = (int(t) for t in name.split("x"))
-    c = Case(s, b)
+    c = gqa_pack_bench.Case(s, b)
     rep = {}
     single = [(16, 256, 4, 1, "gp4"), (32, 256, 4, 1)] if s <= 253 else []
     for mode, cfgs in ((1, STATS), (2, PROBS), (3, single)):
@@ -67,18 +53,16 @@ def bench(name):
             outs = {}
             for tag, mod in (("old", OLD), ("new", flash)):
                 if mode == 2:
-                    c.launch_with(flash, 1, STATS[0])   # the same statistics for both
+                    c.launch(1, STATS[0])   # the same statistics for both
                 c.probs.fill_(float("nan"))
                 c.o.fill_(float("nan"))
                 if mode == 1:
                     c.ml.fill_(float("nan"))
-                c.launch_with(mod, mode, cfg)
+                c.launch(mode, cfg, mod)
                 torch.cuda.synchronize()
                 outs[tag] = (c.ml.clone(),) if mode == 1 else (c.probs.clone(), c.o.clone())
-                if mode == 3:   # MODE 3 writes no statistics
-                    outs[tag] = (c.probs.clone(), c.o.clone())
                 rep[f"mode{mode} {cfg} {tag}"] = gqa_pack_bench.t_us(
-                    lambda: c.launch_with(mod, mode, cfg))
+                    lambda: c.launch(mode, cfg, mod))
             same = all(torch.equal(x, y) for x, y in zip(outs["old"], outs["new"]))
             rep[f"mode{mode} {cfg} equal"] = same
             print(name, f"mode{mode} {cfg}: old {rep[f'mode{mode} {cfg} old']:.1f} us, "

@@ -43,10 +43,11 @@ class Case:
         self.ml = torch.empty(b * H * s * 2, device="cuda")
         self.flag = torch.zeros(1, device="cuda", dtype=torch.int32)
 
-    def launch(self, mode, cfg):
+    def launch(self, mode, cfg, mod=flash):
+        """One pass with config ``cfg``; ``mod``: flash.py or a copy of another revision's."""
         s, b = self.s, self.b
         bm, bn, nw, ns = cfg[:4]
-        flash.launch((self.q, (s * H * D, D, H * D)), (self.k, (s * HK * D, D, HK * D)),
+        mod.launch((self.q, (s * H * D, D, H * D)), (self.k, (s * HK * D, D, HK * D)),
                      (self.v, (s * HK * D, D, HK * D, 1)), self.o,
                      self.probs if mode >= 2 else None, None, self.ml, b, s, H, H // HK, D, 1.0,
                      0.0, False, 0, mode, "tf32", False, bm, bn, nw, ns,
