@@ -180,7 +180,8 @@ def epilogue_jobs():
 
     jobs = []
 
-    def add(dt, d, heads, kv, norm, rope, r, f16=False, scaled=False, store32=True, guard=0):
+    def add(dt, d, heads, kv, norm, rope, r, f16=False, scaled=False, store32=True, guard=0,
+            kmax=False):
         block_d = 1 << (d - 1).bit_length()
         types = {n: "*" + dt for n in ("q_ptr", "k_ptr", "qw_ptr", "kw_ptr", "cos_ptr",
                                        "sin_ptr", "v_ptr")}
@@ -195,13 +196,15 @@ def epilogue_jobs():
                      qf_inv_ptr="*fp32" if scaled else dummy,
                      kf_inv_ptr="*fp32" if scaled else dummy,
                      vf_inv_ptr="*fp32" if scaled else dummy,
-                     wo_ptr="*fp32" if f16 else dummy, wo16_ptr="*fp16" if f16 else dummy)
+                     wo_ptr="*fp32" if f16 else dummy, wo16_ptr="*fp16" if f16 else dummy,
+                     kmax_ptr="*fp32" if kmax else dummy)
         consts = dict(D=d, BLOCK_D=block_d, ROWS=default_rows(block_d),
                       NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope], R=r, cs_d=1, F16=f16,
                       SCALED=scaled, STORE32=store32, STORE_V32=store32 and scaled, GUARD=guard,
-                      LOOP=guard == 2, STRIDED=scaled, WO=f16 and dt == "fp32")
+                      LOOP=guard == 2, STRIDED=scaled, WO=f16 and dt == "fp32", KMAX=kmax)
         jobs.append(_job(f"qk_norm_rope {dt} d{d} {heads}/{kv} {norm} {rope} r{r} f16={f16}"
-                         + (f" scaled strided store32={store32} guard={guard}" if scaled else ""),
+                         + (f" scaled strided store32={store32} guard={guard}" if scaled else "")
+                         + (" kmax" if kmax else ""),
                          "inductor_gqa.kernels.qk_epilogue", "qk_norm_rope_kernel", types,
                          consts, 4))
 
@@ -221,6 +224,10 @@ def epilogue_jobs():
     add("fp32", 64, 16, 4, "none", "half", 64, False, scaled=True, store32=True, guard=2)
     add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, True, scaled=True, store32=False)
     add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, False, scaled=True, guard=2)
+    # with the key-norm maxima for the stats pass's BOUND (halves and tile paths)
+    add("fp32", 64, 16, 4, "none", "half", 64, True, scaled=True, store32=False, kmax=True)
+    add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, True, scaled=True, store32=False,
+        kmax=True)
     for k in (1024, 4096, 16384):
         block_k = 1 << (k - 1).bit_length()
         ptrs = {f"{n}{i}": t for i in range(4) for n, t in (("x", "*fp32"), ("y", "*fp16"),
@@ -232,8 +239,12 @@ def epilogue_jobs():
                          "inductor_gqa.kernels.fp16_rows", "scale_rows_kernel",
                          dict(ptrs, zero_ptr="*i32", **tables),
                          dict(ROWS=max(1, 4096 // block_k), BLOCK_K=block_k, TARGET=13,
-                              ZERO=k == 1024, **table),
+                              ZERO=int(k == 1024), **table),
                          8 if block_k >= 4096 else 4))
+    # the flag and the key-norm maxima cleared together (the stats pass's BOUND)
+    jobs.append(_job("scale_rows K=1024 zero words", "inductor_gqa.kernels.fp16_rows",
+                     "scale_rows_kernel", dict(ptrs, zero_ptr="*i32", **tables),
+                     dict(ROWS=4, BLOCK_K=1024, TARGET=13, ZERO=2), 4))
     add("bf16", 128, 96, 8, "fp32_weight", "half", 128)  # W092
     add("bf16", 128, 96, 8, "cast_weight", "interleaved", 64)
     add("fp16", 24, 6, 3, "fp32_one_plus_weight", "half", 16)
