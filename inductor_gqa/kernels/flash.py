@@ -177,7 +177,7 @@ def gqa_attention_kernel(
         GUARD: tl.constexpr, GP: tl.constexpr = 1,
         FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False,
         ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1,
-        BOUND: tl.constexpr = False):
+        BOUND: tl.constexpr = 0):
     if GUARD == 1:
         if tl.load(FLAG) != 0:
             return
@@ -303,12 +303,21 @@ def _attention_tile(
         qf = q.to(tl.float32)
         kmax = tl.load(KB + b * (H // G) + kvh)
         m_b = tl.sqrt(tl.sum(qf * qf, 1)) * kmax * qscale
+        # BOUND 2: per-element partial sums, reduced once after the loop (no shuffles per tile,
+        # BLOCK_M * BLOCK_N / threads more registers)
+        l_2d = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         for start_n in range(0, hi, BLOCK_N):
             offs_n = start_n + offs_nb
             t = _scores(_qk(q, k_base, sk_s, offs_n, S, d_ok, PREC, UPCAST), offs_m, offs_n,
                         m0, start_n, S, qscale, MASK, mrow_off, sm_k, mask_fill, CAUSAL,
                         MASK_KIND, PRESCALED, EXP_SCALE, EVEN_N)
-            l_i += tl.sum(tl.exp2(_shifted(t, m_b, qscale, EXP_SCALE)), 1)
+            p = tl.exp2(_shifted(t, m_b, qscale, EXP_SCALE))
+            if BOUND == 2:
+                l_2d += p
+            else:
+                l_i += tl.sum(p, 1)
+        if BOUND == 2:
+            l_i = tl.sum(l_2d, 1)
         loose = m_ok & ~(l_i >= 2.0 ** -60)
         if tl.max(loose.to(tl.int32)) != 0:
             l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -417,13 +426,13 @@ def align4_ok(seq, mode, causal, gp, block_n):
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
            mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
            num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1, align4=False,
-           kbound=None):
+           kbound=None, bound_2d=False):
     """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
     v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D];
     ``flag``/``guard``: see GUARD; ``gp``: query heads per program (GP), dividing the group and
     the row tile. ``kbound``: float32 [B * Hkv], each KV head's largest key norm (at least), for
     the stats pass without a running maximum (BOUND: MODE 1, 16-bit q/k, scale > 0, no mask
-    tensor, no PIPELINE)."""
+    tensor, no PIPELINE); ``bound_2d``: its row sums kept per element until the end (BOUND 2)."""
     if gp < 1 or groups % gp or block_m % gp:
         raise ValueError(f"flash.launch: {gp} query heads per program must divide the group "
                          f"({groups}) and the row tile ({block_m})")
@@ -464,5 +473,6 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         MASK_KIND=mask_kind, MODE=mode, PREC=prec, UPCAST=upcast, V_KMAJOR=bool(v_kmajor),
         PIPELINE=bool(pipeline), GUARD=int(guard), GP=int(gp),
         FOLD=mask_kind == 0 and float(scale) > 0, EVEN_N=seq % block_n == 0 and not align4,
-        ALIGN4=align4, PERSIST=persist, N_BH=n_bh, BOUND=kbound is not None,
+        ALIGN4=align4, PERSIST=persist, N_BH=n_bh,
+        BOUND=0 if kbound is None else (2 if bound_2d else 1),
         num_warps=num_warps, num_stages=num_stages)

@@ -10,6 +10,8 @@ the true maximum, harmless in float32 (a tile whose sums fall below 2^-60 redoes
 The largest key norm per (batch, KV head) would come from the norm/RoPE epilogue (atomic max per
 row); here it is computed on the host.
 
+BOUND 2 keeps the row sums per element until the end (no shuffles per tile, more registers).
+
 Prediction: the stats pass 15-25% faster (4096x1 ~117 -> 90-100 us, 512x16 ~33 -> 26-29); if no
 config gains 5%, the idea is dead. Each BOUND config's statistics must give the same
 probabilities and output as the exact ones (the probabilities pass with either; max abs
@@ -38,13 +40,14 @@ class Case(gqa_pack_bench.Case):
                    .reshape(-1).contiguous())
 
     def stats(self, cfg, bound):
+        """bound: False (exact), True (BOUND 1) or "2d" (BOUND 2: per-element partial sums)."""
         s, b = self.s, self.b
         bm, bn, nw, ns = cfg[:4]
         flash.launch((self.q, (s * H * D, D, H * D)), (self.k, (s * HK * D, D, HK * D)),
                      (self.v, (s * HK * D, D, HK * D, 1)), self.o, None, None, self.ml, b, s, H,
                      H // HK, D, 1.0, 0.0, False, 0, 1, "tf32", False, bm, bn, nw, ns,
                      flag=self.flag, guard=1, gp=lower_attention.heads_per_program(cfg),
-                     kbound=self.kb if bound else None)
+                     kbound=self.kb if bound else None, bound_2d=bound == "2d")
 
 
 def bench(name):
@@ -56,8 +59,8 @@ def bench(name):
     torch.cuda.synchronize()
     ref_p, ref_o = c.probs.clone(), c.o.clone()
     for cfg in STATS:
-        for bound in (False, True):
-            tag = f"{cfg} {'bound' if bound else 'exact'}"
+        for bound in (False, True, "2d"):
+            tag = f"{cfg} " + {False: "exact", True: "bound", "2d": "bound 2d"}[bound]
             c.ml.fill_(float("nan"))
             c.stats(cfg, bound)
             c.probs.fill_(float("nan"))

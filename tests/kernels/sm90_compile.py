@@ -49,7 +49,7 @@ def attention_jobs():
     jobs = []
 
     def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0, out=None,
-            guard=0, probs=None, even=False, bound=False):
+            guard=0, probs=None, even=False, bound=0):
         bm, bn, nw, ns = cfg[:4]
         gp = heads_per_program(cfg)
         pipeline = "pipeline" in cfg
@@ -64,7 +64,7 @@ def attention_jobs():
                       PIPELINE=pipeline, GUARD=guard, FOLD=mask == 0, EVEN_N=even,
                       V_KMAJOR=kmajor, **({"GP": gp} if gp > 1 else {}),
                       **({"ALIGN4": True} if "a4" in cfg else {}),
-                      **({"BOUND": True} if bound else {}),
+                      **({"BOUND": bound} if bound else {}),
                       **({"PERSIST": True} if guard == 2 else {}),
                       **({"sv_s": 1} if kmajor else {"sv_d": 1}))
         jobs.append(_job(f"attention {tag} mode{mode} {cfg[:4]} {prec} causal={causal} "
@@ -72,7 +72,7 @@ def attention_jobs():
                          + (f" guard={guard}" if guard else "")
                          + (f" gp{gp}" if gp > 1 else "")
                          + (" a4" if "a4" in cfg else "")
-                         + (" bound" if bound else "")
+                         + (f" bound{bound}" if bound else "")
                          + (" even" if even else ""),
                          "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
                          nw, ns))
@@ -118,9 +118,9 @@ def attention_jobs():
     # copies, plain and causal, one query head or four per program
     for cfg in _attention_configs(torch.float32, 64, 1, f16=True):
         for c in (cfg, cfg + ("gp4",)):
-            for causal in (False, True):
+            for causal, bound in ((False, 1), (True, 1), (False, 2)):
                 add("fp16->fp16/fp32 d64", torch.float16, 64, 1, c, kmajor=False,
-                    out=torch.float16, probs=torch.float32, guard=1, causal=causal, bound=True)
+                    out=torch.float16, probs=torch.float32, guard=1, causal=causal, bound=bound)
     # ALIGN4 (ragged S, aligned stores of the probabilities), and the guarded fallback's
     # persistent form (PERSIST)
     from inductor_gqa.lower.attention import _ALIGNED_F16_PROBS

@@ -387,19 +387,21 @@ def test_epilogue_key_norm_maxima(rope, rdim):
                       copies=copies, flag=flag, kmax=torch.zeros(b * hk + 1))
 
 
-def _stats(q, k, b, s, h, hk, d, causal, cfg, kbound=None, gp=1):
+def _stats(q, k, b, s, h, hk, d, causal, cfg, kbound=None, gp=1, bound_2d=False):
     from inductor_gqa.kernels import flash
     ml = torch.full((b * h * s * 2,), float("nan"))
     o = torch.empty(b, s, h * d, dtype=torch.float16)
     flash.launch((q, (s * h * d, d, h * d)), (k, (s * hk * d, d, hk * d)),
                  (k, (s * hk * d, d, hk * d, 1)), o, None, None, ml, b, s, h, h // hk, d,
-                 0.125, 0.0, causal, 0, 1, "ieee", True, *cfg, gp=gp, kbound=kbound)
+                 0.125, 0.0, causal, 0, 1, "ieee", True, *cfg, gp=gp, kbound=kbound,
+                 bound_2d=bound_2d)
     m, l = ml.view(-1, 2).unbind(1)
     return m, l
 
 
-@pytest.mark.parametrize("causal,s,gp", [(False, 37, 1), (True, 37, 1), (False, 64, 2)])
-def test_stats_bound(causal, s, gp):
+@pytest.mark.parametrize("causal,s,gp,two_d", [(False, 37, 1, False), (True, 37, 1, False),
+                                               (False, 64, 2, False), (True, 37, 2, True)])
+def test_stats_bound(causal, s, gp, two_d):
     """The stats pass without a running maximum (BOUND): its row sums, shifted by the Cauchy-
     Schwarz bound, give the same log-sum-exp as the running-maximum pass; a bound too loose for
     float32 (sum below 2^-60) falls back to the exact statistics."""
@@ -410,12 +412,13 @@ def test_stats_bound(causal, s, gp):
     cfg = (32, 16, 4, 1)
     m0, l0 = _stats(q, k, b, s, h, hk, d, causal, cfg, gp=gp)
     kb = k.float().view(b, s, hk, d).norm(dim=-1).amax(dim=1).reshape(-1).contiguous()
-    m1, l1 = _stats(q, k, b, s, h, hk, d, causal, cfg, kbound=kb, gp=gp)
+    m1, l1 = _stats(q, k, b, s, h, hk, d, causal, cfg, kbound=kb, gp=gp, bound_2d=two_d)
     assert not torch.equal(m1, m0)          # the bound, not the maximum
     lse0, lse1 = m0 + torch.log2(l0), m1 + torch.log2(l1)
     torch.testing.assert_close(lse1, lse0, atol=1e-5, rtol=1e-6)
     # a bound of 1e12 per key norm leaves every sum at 0 (underflow): the exact statistics
-    m2, l2 = _stats(q, k, b, s, h, hk, d, causal, cfg, kbound=torch.full_like(kb, 1e12), gp=gp)
+    m2, l2 = _stats(q, k, b, s, h, hk, d, causal, cfg, kbound=torch.full_like(kb, 1e12), gp=gp,
+                    bound_2d=two_d)
     assert torch.equal(m2, m0) and torch.equal(l2, l0)
 
 
