@@ -210,12 +210,12 @@ def _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
         base = x_ptr + ((rows // heads).to(tl.int64) * ld + (rows % heads) * D)[:, None]
     else:
         base = x_ptr + rows[:, None].to(tl.int64) * D
-    x = tl.load(base + cols[None, :], mask=m2, other=0.0).to(tl.float32)
+    feat0 = (rows % heads) * D
     if SCALED:      # undo the fp16 GEMM operands' power-of-two row scales (exact)
         tok_inv = tl.load(tok_inv_ptr + rows // heads, mask=rmask, other=1.0)
-        feat0 = (rows % heads) * D
-        x = x * tok_inv[:, None] * tl.load(feat_inv_ptr + feat0[:, None] + cols[None, :],
-                                           mask=m2, other=1.0)
+    else:
+        tok_inv = tl.zeros([ROWS], tl.float32)
+    x = _load_cols(base, cols, m2, feat0, tok_inv, feat_inv_ptr, SCALED)
     # the rotation partner comes from registers when every column rotates (R == D, a power of two);
     # loading it per column (a permuted gather) measured twice the launch's DRAM time on the H200
     REG_ROT: tl.constexpr = (ROPE != 0) & (R == D) & (BLOCK_D == D)
@@ -229,31 +229,15 @@ def _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
             sign = tl.where((cols % 2) == 0, -1.0, 1.0)
         in_rot = cols < R
         pcol = tl.where(in_rot, pcol, cols)
-        xp = tl.load(base + pcol[None, :], mask=m2 & in_rot[None, :], other=0.0).to(tl.float32)
-        if SCALED:
-            xp = xp * tok_inv[:, None] * tl.load(feat_inv_ptr + feat0[:, None] + pcol[None, :],
-                                                 mask=m2 & in_rot[None, :], other=1.0)
+        xp = _load_cols(base, pcol, m2 & in_rot[None, :], feat0, tok_inv, feat_inv_ptr, SCALED)
     if NORM != 0:
         ms = tl.sum(x * x, axis=1) / D
         rs = 1.0 / tl.sqrt(ms + eps)
-        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-        x = x * rs[:, None]
-        PARTNER: tl.constexpr = (ROPE != 0) & (not REG_ROT)
-        if PARTNER:
-            wp = tl.load(w_ptr + pcol, mask=cmask, other=0.0).to(tl.float32)
-            xp = xp * rs[:, None]
-        if NORM == 1:
-            x = _round(x * w[None, :], DT)
-            if PARTNER:
-                xp = _round(xp * wp[None, :], DT)
-        elif NORM == 2:
-            x = _round(_round(x, DT) * w[None, :], DT)
-            if PARTNER:
-                xp = _round(_round(xp, DT) * wp[None, :], DT)
-        else:
-            x = _round(x * (1.0 + w[None, :]), DT)
-            if PARTNER:
-                xp = _round(xp * (1.0 + wp[None, :]), DT)
+        x = _weighted(x, rs, tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32), DT,
+                      NORM)
+        if (ROPE != 0) & (not REG_ROT):
+            xp = _weighted(xp, rs, tl.load(w_ptr + pcol, mask=cmask, other=0.0).to(tl.float32),
+                           DT, NORM)
     if ROPE != 0:
         tok = rows // heads                      # b * S + s
         bi = tok // S
