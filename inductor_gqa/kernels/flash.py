@@ -167,7 +167,7 @@ def _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR: tl.constexpr):
 
 @triton.jit
 def gqa_attention_kernel(
-        Q, K, V, O, P, MASK, ML, FLAG, KB, PD,
+        Q, K, V, O, P, MASK, ML, FLAG, KB,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
         sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
         H, G, S, qscale, mask_fill,
@@ -177,7 +177,7 @@ def gqa_attention_kernel(
         GUARD: tl.constexpr, GP: tl.constexpr = 1,
         FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False,
         ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1,
-        BOUND: tl.constexpr = 0, TMA_P: tl.constexpr = False):
+        BOUND: tl.constexpr = 0):
     if GUARD == 1:
         if tl.load(FLAG) != 0:
             return
@@ -190,24 +190,24 @@ def gqa_attention_kernel(
         # that only read the flag took microseconds at W075's larger sizes)
         n_tiles = tl.cdiv(S, BLOCK_M // GP) * N_BH
         for tile in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-            _attention_tile(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, FLAG, KB, PD,
+            _attention_tile(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, FLAG, KB,
                             sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                             so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                             qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                             MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                            ALIGN4, BOUND, TMA_P)
+                            ALIGN4, BOUND)
     else:
         _attention_tile(tl.program_id(0), tl.program_id(1), Q, K, V, O, P, MASK, ML, FLAG, KB,
-                        PD, sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
+                        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                         qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                         MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                        ALIGN4, BOUND, TMA_P)
+                        ALIGN4, BOUND)
 
 
 @triton.jit
 def _attention_tile(
-        start_m, bh, Q, K, V, O, P, MASK, ML, FLAG, KB, PD,
+        start_m, bh, Q, K, V, O, P, MASK, ML, FLAG, KB,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
         sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
         H, G, S, qscale, mask_fill,
@@ -215,7 +215,7 @@ def _attention_tile(
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr,
-        ALIGN4: tl.constexpr, BOUND: tl.constexpr, TMA_P: tl.constexpr):
+        ALIGN4: tl.constexpr, BOUND: tl.constexpr):
     # MR query positions per program; with GP > 1 its BLOCK_M rows are GP query heads of one KV
     # head (head-major blocks of MR rows), so each K/V tile it loads serves all of them
     MR: tl.constexpr = BLOCK_M // GP
@@ -232,7 +232,6 @@ def _attention_tile(
         hh = h              # each row's query head
         hcol = h
         row_bh = bh
-        row_bh0 = bh
     else:
         b = bh // (H // GP)
         h = (bh - b * (H // GP)) * GP
@@ -242,7 +241,6 @@ def _attention_tile(
         hh = h + rows // MR
         hcol = hh[:, None]
         row_bh = b * H + hh
-        row_bh0 = b * H + h
     m0 = start_m * MR       # the tile's first row (causal tiles; ALIGN4 is never causal)
     offs_d = tl.arange(0, BLOCK_D)
     offs_nb = tl.arange(0, BLOCK_N)
@@ -366,11 +364,6 @@ def _attention_tile(
                     tl.store(p_row + a[None, :], p_out,
                              mask=m_ok[:, None] & (n_ok & ~whole)[None, :],
                              eviction_policy="evict_first")
-            elif TMA_P:
-                # the tile goes to shared memory and the copy engine writes it out (clipped to
-                # the sequence bounds), so the warps move on to P @ V and the next tile instead
-                # of issuing its stores
-                PD.store([row_bh0, m0, start_n], tl.reshape(p_out, [GP, MR, BLOCK_N]))
             else:
                 tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :],
                          eviction_policy="evict_first")
@@ -430,24 +423,16 @@ def align4_ok(seq, mode, causal, gp, block_n):
             and (mode == 2 or block_n >= seq + 3))
 
 
-def tma_p_ok(probs, seq, mode, align4):
-    """Where TMA_P applies: the probabilities pass (MODE 2) writing a contiguous float32
-    [B, H, S, S] whose rows are 16-byte aligned (S % 4 == 0, the copy engine's stride rule)."""
-    return (mode == 2 and not align4 and probs is not None and probs.dtype == torch.float32
-            and seq % 4 == 0 and probs.is_contiguous() and probs.data_ptr() % 16 == 0)
-
-
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
            mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
            num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1, align4=False,
-           kbound=None, bound_2d=False, tma_p=False):
+           kbound=None, bound_2d=False):
     """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
     v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D];
     ``flag``/``guard``: see GUARD; ``gp``: query heads per program (GP), dividing the group and
     the row tile. ``kbound``: float32 [B * Hkv], each KV head's largest key norm (at least), for
     the stats pass without a running maximum (BOUND: MODE 1, 16-bit q/k, scale > 0, no mask
-    tensor, no PIPELINE); ``bound_2d``: its row sums kept per element until the end (BOUND 2).
-    ``tma_p``: the probabilities go out through a tensor descriptor (TMA_P) where ``tma_p_ok``."""
+    tensor, no PIPELINE); ``bound_2d``: its row sums kept per element until the end (BOUND 2)."""
     if gp < 1 or groups % gp or block_m % gp:
         raise ValueError(f"flash.launch: {gp} query heads per program must divide the group "
                          f"({groups}) and the row tile ({block_m})")
@@ -476,16 +461,11 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         grid = (triton.cdiv(seq, block_m // gp), batch * num_heads // gp)
     persist = guard == 2 and not align4
     n_bh = grid[1]
-    pd = None
-    if tma_p and tma_p_ok(probs, seq, mode, align4):
-        from triton.tools.tensor_descriptor import TensorDescriptor
-        pd = TensorDescriptor(probs, [batch * num_heads, seq, seq], [seq * seq, seq, 1],
-                              [gp, block_m // gp, block_n])
     if persist:
         grid = (min(grid[0] * grid[1], tuning.GUARDED_PROGRAMS), 1)
     gqa_attention_kernel[grid](
         Qt, Kt, Vt, out, p_t, mask_t, ml_t, flag if guard else out,
-        kbound if kbound is not None else ml_t, pd,
+        kbound if kbound is not None else ml_t,
         *sq, *sk, *sv, out.stride(0), out.stride(1), head_dim,
         *sp, *sm,
         num_heads, groups, seq, float(scale) * LOG2E, log2_units(float(mask_fill)),
@@ -494,5 +474,5 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         PIPELINE=bool(pipeline), GUARD=int(guard), GP=int(gp),
         FOLD=mask_kind == 0 and float(scale) > 0, EVEN_N=seq % block_n == 0 and not align4,
         ALIGN4=align4, PERSIST=persist, N_BH=n_bh,
-        BOUND=0 if kbound is None else (2 if bound_2d else 1), TMA_P=pd is not None,
+        BOUND=0 if kbound is None else (2 if bound_2d else 1),
         num_warps=num_warps, num_stages=num_stages)

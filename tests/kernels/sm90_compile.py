@@ -49,7 +49,7 @@ def attention_jobs():
     jobs = []
 
     def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0, out=None,
-            guard=0, probs=None, even=False, bound=0, tma=False):
+            guard=0, probs=None, even=False, bound=0):
         bm, bn, nw, ns = cfg[:4]
         gp = heads_per_program(cfg)
         pipeline = "pipeline" in cfg
@@ -58,15 +58,13 @@ def attention_jobs():
         p = TY[str(probs).split(".")[-1]] if probs is not None else o
         mask_t = {0: p, 1: "u8", 2: "u8", 3: p}[mask]
         types = dict(Q="*" + t, K="*" + t, V="*" + t, O="*" + o, P="*" + p, MASK="*" + mask_t,
-                     ML="*fp32", FLAG="*i32", KB="*fp32", qscale="fp32", mask_fill="fp32",
-                     **({"PD": f"tensordesc<{p}[{gp}, {bm // gp}, {bn}]>"} if tma else {}))
+                     ML="*fp32", FLAG="*i32", KB="*fp32", qscale="fp32", mask_fill="fp32")
         consts = dict(D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_M=bm, BLOCK_N=bn,
                       CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
                       PIPELINE=pipeline, GUARD=guard, FOLD=mask == 0, EVEN_N=even,
                       V_KMAJOR=kmajor, **({"GP": gp} if gp > 1 else {}),
                       **({"ALIGN4": True} if "a4" in cfg else {}),
                       **({"BOUND": bound} if bound else {}),
-                      **({"TMA_P": True} if tma else {"PD": None}),
                       **({"PERSIST": True} if guard == 2 else {}),
                       **({"sv_s": 1} if kmajor else {"sv_d": 1}))
         jobs.append(_job(f"attention {tag} mode{mode} {cfg[:4]} {prec} causal={causal} "
@@ -75,7 +73,6 @@ def attention_jobs():
                          + (f" gp{gp}" if gp > 1 else "")
                          + (" a4" if "a4" in cfg else "")
                          + (f" bound{bound}" if bound else "")
-                         + (" tma" if tma else "")
                          + (" even" if even else ""),
                          "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
                          nw, ns))
@@ -117,14 +114,6 @@ def attention_jobs():
     for cfg in _attention_configs(torch.bfloat16, 128, 0):
         add("bf16 d128", torch.bfloat16, 128, 0, cfg + ("gp4",), kmajor=False, causal=True,
             even=True)
-    # the probabilities through a tensor descriptor (TMA_P): W075's fp16 copies, S % 4 == 0
-    for cfg in _attention_configs(torch.float32, 64, 2, f16=True):
-        for c in (cfg, cfg + ("gp4",)):
-            for c2 in with_pipeline([c]):
-                for causal in (False, True):
-                    add("fp16->fp16/fp32 d64", torch.float16, 64, 2, c2, kmajor=False,
-                        out=torch.float16, probs=torch.float32, guard=1, causal=causal,
-                        even=True, tma=True)
     # the stats pass with the Cauchy-Schwarz bound (BOUND, an experiment's switch): W075's fp16
     # copies, plain and causal, one query head or four per program
     for cfg in _attention_configs(torch.float32, 64, 1, f16=True):
@@ -279,8 +268,7 @@ def _compile(job, divisible=False):
     attrs = {}
     if divisible:   # pointers and integers divisible by 16, as the launcher marks them
         attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(fn.params)
-                 if signature[p.name] not in ("constexpr", "fp32")
-                 and not signature[p.name].startswith("tensordesc")}
+                 if signature[p.name] not in ("constexpr", "fp32")}
     return triton.compile(ASTSource(fn, signature, constexprs=consts, attrs=attrs),
                           target=GPUTarget("cuda", 90, 32), options=options)
 
