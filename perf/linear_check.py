@@ -25,7 +25,7 @@ def main():
             lk.launch(x, w, None, forced, "tf32x3", 128, 128, 32, 8, 8, 3)
             blas = torch.nn.functional.linear(x, w)
             rel = lambda a: ((a.double() - ref).norm() / ref.norm()).item()  # noqa: E731
-            key = ("linear", tuning.bucket(m), n, k, "tf32x3", False)
+            key = ("linear", tuning.gemm_rows_bucket(m), n, k, "tf32x3", False)
             times = tuning.TIMINGS.get(key, [])
             best = ", ".join(f"{c if isinstance(c, str) else c[:3]}={ms:.4f}" for c, ms in times[:3])
             print(f"{m:6d} {n:5d} {k:5d}  {rel(forced):10.2e} {rel(blas):10.2e}  {best}  "

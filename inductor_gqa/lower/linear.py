@@ -52,7 +52,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, b, prec: str) -> torch.Tensor:
         linear_kernels.launch(x2d, w, b, y, prec, bm, bn, bk, gm, nw, ns)
         return y
 
-    key = ("linear", tuning.bucket(m), tuning.bucket(n), k, prec, b is not None)
+    key = ("linear", tuning.gemm_rows_bucket(m), tuning.bucket(n), k, prec, b is not None)
     out = run(tuning.pick(key, _candidates("library"), run))
     return out.reshape(*x.shape[:-1], n)
 
@@ -100,5 +100,5 @@ def qkv(x: torch.Tensor, q_wb, k_wb, v_wb, prec: str, v_transposed: bool):
                                   bm, bn, bk, gm, nw, ns)
         return q, kk, v
 
-    key = ("qkv", tuning.bucket(m), nq, nk, nv, k, prec, biases[0], v_transposed)
+    key = ("qkv", tuning.gemm_rows_bucket(m), nq, nk, nv, k, prec, biases[0], v_transposed)
     return run(tuning.pick(key, _candidates("separate"), run))
