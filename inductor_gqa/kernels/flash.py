@@ -41,18 +41,12 @@
   row's ends one by one (H200, probabilities pass at 449x16: 120 -> 110 us).
 * PERSIST (the guarded fallback's launches, GUARD 2): about 128 programs loop over the tiles, so
   the launch is cheap when the flag is clear.
-* BOUND (stats pass of 16-bit q/k; not a tuner candidate yet, perf/experiments/
-  stats_bound_bench.py measures it): scores are shifted by each row's Cauchy-Schwarz bound
-  |q_i| * max_j |k_j| (KB, per batch and KV head) instead of a running maximum, so no row maximum
-  or rescale sits between a tile's product and its exponentials; a tile whose sums fall below
-  2^-60 (a bound too loose for float32) redoes the exact pass.
 """
 
 from __future__ import annotations
 
 import math
 
-import torch
 import triton
 import triton.language as tl
 
@@ -167,7 +161,7 @@ def _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR: tl.constexpr):
 
 @triton.jit
 def gqa_attention_kernel(
-        Q, K, V, O, P, MASK, ML, FLAG, KB,
+        Q, K, V, O, P, MASK, ML, FLAG,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
         sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
         H, G, S, qscale, mask_fill,
@@ -176,8 +170,7 @@ def gqa_attention_kernel(
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr = 1,
         FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False,
-        ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1,
-        BOUND: tl.constexpr = 0):
+        ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1):
     if GUARD == 1:
         if tl.load(FLAG) != 0:
             return
@@ -190,24 +183,24 @@ def gqa_attention_kernel(
         # that only read the flag took microseconds at W075's larger sizes)
         n_tiles = tl.cdiv(S, BLOCK_M // GP) * N_BH
         for tile in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-            _attention_tile(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, FLAG, KB,
+            _attention_tile(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, FLAG,
                             sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                             so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                             qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                             MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                            ALIGN4, BOUND)
+                            ALIGN4)
     else:
-        _attention_tile(tl.program_id(0), tl.program_id(1), Q, K, V, O, P, MASK, ML, FLAG, KB,
+        _attention_tile(tl.program_id(0), tl.program_id(1), Q, K, V, O, P, MASK, ML, FLAG,
                         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                         qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                         MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                        ALIGN4, BOUND)
+                        ALIGN4)
 
 
 @triton.jit
 def _attention_tile(
-        start_m, bh, Q, K, V, O, P, MASK, ML, FLAG, KB,
+        start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
         sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
         H, G, S, qscale, mask_fill,
@@ -215,7 +208,7 @@ def _attention_tile(
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr,
-        ALIGN4: tl.constexpr, BOUND: tl.constexpr):
+        ALIGN4: tl.constexpr):
     # MR query positions per program; with GP > 1 its BLOCK_M rows are GP query heads of one KV
     # head (head-major blocks of MR rows), so each K/V tile it loads serves all of them
     MR: tl.constexpr = BLOCK_M // GP
@@ -293,37 +286,6 @@ def _attention_tile(
         if MODE >= 2:
             p_row = (P + b64 * sp_b + hcol.to(tl.int64) * sp_h
                      + offs_m[:, None].to(tl.int64) * sp_s)
-    if BOUND:
-        # stats without a running maximum: shift every score by the row's Cauchy-Schwarz bound
-        # |q_i| * max_j |k_j| (KB: per batch and KV head) instead, so each tile's exponentials
-        # start right after its product (no row maximum, shuffles or rescale first). A row whose
-        # bound is so loose that its sum falls below 2^-60 (or a wholly masked row) sends the
-        # tile through the running-maximum loop below instead (the exact statistics).
-        tl.static_assert(MODE == 1 and EXP_SCALE and MASK_KIND == 0 and not PIPELINE)
-        qf = q.to(tl.float32)
-        kmax = tl.load(KB + b * (H // G) + kvh)
-        m_b = tl.sqrt(tl.sum(qf * qf, 1)) * kmax * qscale
-        # BOUND 2: per-element partial sums, reduced once after the loop (no shuffles per tile,
-        # BLOCK_M * BLOCK_N / threads more registers)
-        l_2d = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        for start_n in range(0, hi, BLOCK_N):
-            offs_n = start_n + offs_nb
-            t = _scores(_qk(q, k_base, sk_s, offs_n, S, d_ok, PREC, UPCAST), offs_m, offs_n,
-                        m0, start_n, S, qscale, MASK, mrow_off, sm_k, mask_fill, CAUSAL,
-                        MASK_KIND, PRESCALED, EXP_SCALE, EVEN_N)
-            p = tl.exp2(_shifted(t, m_b, qscale, EXP_SCALE))
-            if BOUND == 2:
-                l_2d += p
-            else:
-                l_i += tl.sum(p, 1)
-        if BOUND == 2:
-            l_i = tl.sum(l_2d, 1)
-        loose = m_ok & ~(l_i >= 2.0 ** -60)
-        if tl.max(loose.to(tl.int32)) != 0:
-            l_i = tl.zeros([BLOCK_M], tl.float32)
-        else:
-            m_i = m_b
-            hi = 0
     if PIPELINE:
         s_next = _qk(q, k_base, sk_s, offs_nb - DELTA, S, d_ok, PREC, UPCAST, ALIGN4)
     for start_n in range(0, hi, BLOCK_N):
@@ -425,14 +387,11 @@ def align4_ok(seq, mode, causal, gp, block_n):
 
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
            mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
-           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1, align4=False,
-           kbound=None, bound_2d=False):
+           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1, align4=False):
     """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
     v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D];
     ``flag``/``guard``: see GUARD; ``gp``: query heads per program (GP), dividing the group and
-    the row tile. ``kbound``: float32 [B * Hkv], each KV head's largest key norm (at least), for
-    the stats pass without a running maximum (BOUND: MODE 1, 16-bit q/k, scale > 0, no mask
-    tensor, no PIPELINE); ``bound_2d``: its row sums kept per element until the end (BOUND 2)."""
+    the row tile."""
     if gp < 1 or groups % gp or block_m % gp:
         raise ValueError(f"flash.launch: {gp} query heads per program must divide the group "
                          f"({groups}) and the row tile ({block_m})")
@@ -447,13 +406,6 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
     p_t = probs if probs is not None else out
     sp = (probs.stride(0), probs.stride(1), probs.stride(2)) if probs is not None else (0, 0, 0)
     ml_t = ml if ml is not None else out
-    if kbound is not None and not (mode == 1 and Qt.dtype != torch.float32 and mask_kind == 0
-                                   and float(scale) > 0 and not pipeline
-                                   and kbound.dtype == torch.float32
-                                   and kbound.numel() == batch * num_heads // groups):
-        raise ValueError("flash.launch: kbound needs the stats pass (MODE 1) on 16-bit q/k with "
-                         "a positive scale, no mask tensor, no PIPELINE, and one float32 value "
-                         "per batch and KV head")
     align4 = bool(align4) and align4_ok(seq, mode, causal, gp, block_n)
     if align4:
         grid = (4 * triton.cdiv(triton.cdiv(seq, 4), block_m), batch * num_heads)
@@ -465,7 +417,6 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         grid = (min(grid[0] * grid[1], tuning.GUARDED_PROGRAMS), 1)
     gqa_attention_kernel[grid](
         Qt, Kt, Vt, out, p_t, mask_t, ml_t, flag if guard else out,
-        kbound if kbound is not None else ml_t,
         *sq, *sk, *sv, out.stride(0), out.stride(1), head_dim,
         *sp, *sm,
         num_heads, groups, seq, float(scale) * LOG2E, log2_units(float(mask_fill)),
@@ -474,5 +425,4 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         PIPELINE=bool(pipeline), GUARD=int(guard), GP=int(gp),
         FOLD=mask_kind == 0 and float(scale) > 0, EVEN_N=seq % block_n == 0 and not align4,
         ALIGN4=align4, PERSIST=persist, N_BH=n_bh,
-        BOUND=0 if kbound is None else (2 if bound_2d else 1),
         num_warps=num_warps, num_stages=num_stages)

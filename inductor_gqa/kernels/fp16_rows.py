@@ -49,7 +49,7 @@ def _rows(x_ptr, y_ptr, inv_ptr, n_rows, K, pid, ROWS: tl.constexpr, BLOCK_K: tl
 
 @triton.jit
 def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3, n3, K, zero_ptr,
-                      n_zero, e1, e2, e3, e4,
+                      e1, e2, e3, e4,
                       inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s,
                       ROWS: tl.constexpr, BLOCK_K: tl.constexpr, TARGET: tl.constexpr,
                       ZERO: tl.constexpr, TABLE: tl.constexpr = False, R: tl.constexpr = 0,
@@ -59,14 +59,9 @@ def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3
     # the programs from e4 on build the RoPE tables (rope_table.table_rows): one launch fewer
     # (a 2-D grid sized by the longest matrix left most programs idle)
     pid = tl.program_id(0)
-    if ZERO == 1:
+    if ZERO:
         if pid == 0:
             tl.store(zero_ptr, 0)
-    elif ZERO == 2:     # several words (the flag and the key-norm maxima)
-        if pid == 0:
-            for z in range(0, n_zero, 1024):
-                offs = z + tl.arange(0, 1024)
-                tl.store(zero_ptr + offs, tl.zeros([1024], tl.int32), mask=offs < n_zero)
     if pid < e1:
         _rows(x0, y0, i0, n0, K, pid, ROWS, BLOCK_K, TARGET)
     elif pid < e2:
@@ -85,8 +80,7 @@ def scale_rows(mats, outs=None, zero=None, table=None):
     and the float32 reciprocals of their row scales (x == inv[:, None] * x16, up to fp16
     rounding). ``outs``: preallocated (x16, inv) per matrix, or None to allocate (contiguous;
     e.g. row blocks of one buffer, so that several weights become one GEMM operand). ``zero``:
-    a contiguous int32 tensor the launch sets to 0 (the fp16 plans' range flag, and the key-norm
-    maxima after it where the stats pass uses them). ``table``: a
+    a one-element int32 tensor the launch sets to 0 (the fp16 plans' range flag). ``table``: a
     ``rope_table.TableJob`` whose RoPE tables the same launch builds."""
     if not 1 <= len(mats) <= 4:
         raise ValueError("scale_rows: one to four matrices")
@@ -106,9 +100,9 @@ def scale_rows(mats, outs=None, zero=None, table=None):
             raise ValueError("scale_rows: outs must match the matrices (fp16 copy, fp32 [rows])")
     block_k = triton.next_power_of_2(k)
     rows = max(1, 4096 // block_k)
-    if zero is not None and (zero.dtype != torch.int32 or zero.numel() < 1
-                             or not zero.is_contiguous() or zero.device != mats[0].device):
-        raise ValueError("scale_rows: zero must be a contiguous int32 tensor on the device")
+    if zero is not None and (zero.dtype != torch.int32 or zero.numel() != 1
+                             or zero.device != mats[0].device):
+        raise ValueError("scale_rows: zero must be a one-element int32 tensor on the device")
     args = []
     ends = []
     for i in range(4):
@@ -122,9 +116,7 @@ def scale_rows(mats, outs=None, zero=None, table=None):
         # no tables: placeholders for the four pointers and four integers TABLE=False never reads
         targs, tconsts, tprog = (outs[0][1],) * 4 + (0, 1, 0, 0), {}, 0
     grid = (ends[-1] + tprog,)
-    scale_rows_kernel[grid](*args, k, zero if zero is not None else outs[0][1],
-                            zero.numel() if zero is not None else 0, *ends, *targs,
-                            ROWS=rows, BLOCK_K=block_k, TARGET=TARGET_EXP,
-                            ZERO=0 if zero is None else (1 if zero.numel() == 1 else 2),
+    scale_rows_kernel[grid](*args, k, zero if zero is not None else outs[0][1], *ends, *targs,
+                            ROWS=rows, BLOCK_K=block_k, TARGET=TARGET_EXP, ZERO=zero is not None,
                             **tconsts, num_warps=8 if block_k >= 4096 else 4)
     return outs

@@ -106,7 +106,7 @@ def _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
                  cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr, flag_ptr, tok_inv_ptr,
                  feat_inv_ptr, ld, D: tl.constexpr, ROWS: tl.constexpr, NORM: tl.constexpr,
                  F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
-                 STRIDED: tl.constexpr, kmax_ptr, KMAX: tl.constexpr):
+                 STRIDED: tl.constexpr):
     """``_rows`` for rotate-half RoPE over the whole head (R == D, a power of two): the row is
     loaded as its two halves, so the rotation partner of each value is in the same thread's
     registers (a rotation of one [ROWS, D] tile moves values between threads through shared
@@ -149,16 +149,6 @@ def _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
     if F16:
         offs = rows[:, None].to(tl.int64) * D + c[None, :]
         _store16_pair(x16_ptr, offs, offs + HALF, y1, y2, m2, flag_ptr)
-    if KMAX:
-        _max_norm(kmax_ptr, rows, rmask, heads, S, tl.sum(y1 * y1, 1) + tl.sum(y2 * y2, 1))
-
-
-@triton.jit
-def _max_norm(kmax_ptr, rows, rmask, heads, S, sq):
-    """Each row's norm (sqrt of ``sq``) into the largest per (batch, head): kmax [B * heads],
-    zeroed before the launch (flash.py's BOUND reads it)."""
-    tok = rows // heads
-    tl.atomic_max(kmax_ptr + (tok // S) * heads + rows % heads, tl.sqrt(sq), mask=rmask)
 
 
 @triton.jit
@@ -180,16 +170,15 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
           cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr, ld,
           D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
           NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, F16: tl.constexpr,
-          SCALED: tl.constexpr, STORE32: tl.constexpr, STRIDED: tl.constexpr,
-          kmax_ptr=None, KMAX: tl.constexpr = False):
+          SCALED: tl.constexpr, STORE32: tl.constexpr, STRIDED: tl.constexpr):
     if (ROPE == 1) & (R == D) & (BLOCK_D == D):
         _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s,
                      cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr, ld, D, ROWS, NORM, F16,
-                     SCALED, STORE32, STRIDED, kmax_ptr, KMAX)
+                     SCALED, STORE32, STRIDED)
     else:
         _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s,
                    cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr, ld, D, BLOCK_D, ROWS,
-                   NORM, ROPE, R, F16, SCALED, STORE32, STRIDED, kmax_ptr, KMAX)
+                   NORM, ROPE, R, F16, SCALED, STORE32, STRIDED)
 
 
 @triton.jit
@@ -197,8 +186,7 @@ def _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
                cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr,
                ld, D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
                NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, F16: tl.constexpr,
-               SCALED: tl.constexpr, STORE32: tl.constexpr, STRIDED: tl.constexpr,
-               kmax_ptr, KMAX: tl.constexpr):
+               SCALED: tl.constexpr, STORE32: tl.constexpr, STRIDED: tl.constexpr):
     """One [ROWS, BLOCK_D] tile of rows: no RoPE, interleaved RoPE, or a partial rotary dim."""
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_D)
@@ -258,8 +246,6 @@ def _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
         tl.store(base + cols[None, :], x.to(DT), mask=m2)
     if F16:
         _store16(x16_ptr, rows[:, None].to(tl.int64) * D + cols[None, :], x, m2, flag_ptr)
-    if KMAX:
-        _max_norm(kmax_ptr, rows, rmask, heads, S, tl.sum(tl.where(m2, x * x, 0.0), 1))
 
 
 @triton.jit
@@ -271,8 +257,7 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                         NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
                         F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
                         STORE_V32: tl.constexpr, GUARD: tl.constexpr, STRIDED: tl.constexpr,
-                        WO: tl.constexpr, LOOP: tl.constexpr = False, kmax_ptr=None,
-                        KMAX: tl.constexpr = False):
+                        WO: tl.constexpr, LOOP: tl.constexpr = False):
     if GUARD == 2:      # the float32 fallback's epilogue: only once the flag is raised
         if tl.load(flag_ptr) == 0:
             return
@@ -285,13 +270,13 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                      cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr, v16_ptr,
                      flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr, ld,
                      wo_ptr, wo16_ptr, wo_rows, nq, nk, nv, D, BLOCK_D, ROWS, NORM, ROPE, R,
-                     F16, SCALED, STORE32, STORE_V32, STRIDED, WO, kmax_ptr, KMAX)
+                     F16, SCALED, STORE32, STORE_V32, STRIDED, WO)
     else:
         _program(tl.program_id(0), q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                  eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr,
                  v16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr, ld,
                  wo_ptr, wo16_ptr, wo_rows, nq, nk, nv, D, BLOCK_D, ROWS, NORM, ROPE, R,
-                 F16, SCALED, STORE32, STORE_V32, STRIDED, WO, kmax_ptr, KMAX)
+                 F16, SCALED, STORE32, STORE_V32, STRIDED, WO)
 
 
 @triton.jit
@@ -302,8 +287,7 @@ def _program(pid, q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, 
              D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
              NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
              F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
-             STORE_V32: tl.constexpr, STRIDED: tl.constexpr, WO: tl.constexpr, kmax_ptr,
-             KMAX: tl.constexpr):
+             STORE_V32: tl.constexpr, STRIDED: tl.constexpr, WO: tl.constexpr):
     # one flat grid: nq programs for q, then nk for k, nv for V, the rest for o_proj's weight
     # (a 2-D grid sized by q left most of the k, V and Wo programs with nothing to do)
     if pid < nq:
@@ -313,7 +297,7 @@ def _program(pid, q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, 
     elif pid < nq + nk:
         _rows(k_ptr, kw_ptr, k_rows, HK, S, pid - nq, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
               k16_ptr, flag_ptr, tok_inv_ptr, kf_inv_ptr, ld, D, BLOCK_D, ROWS, NORM, ROPE,
-              R, F16, SCALED, STORE32, STRIDED, kmax_ptr, KMAX)
+              R, F16, SCALED, STORE32, STRIDED)
     elif pid < nq + nk + nv:    # V: its fp16 copy and/or its scales undone; no norm or RoPE
         _rows(v_ptr, kw_ptr, k_rows, HK, S, pid - nq - nk, eps_k, cos_ptr, sin_ptr, cs_b, cs_s,
               cs_d, v16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, ld, D, BLOCK_D, ROWS, 0, 0, 0,
@@ -336,7 +320,7 @@ def default_rows(block_d):
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_heads,
                   num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None, v=None,
                   copies=None, flag=None, scales=None, store32=None, guard=0, wo=None,
-                  rows=None, num_warps=4, programs=None, kmax=None):
+                  rows=None, num_warps=4, programs=None):
     """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin: [B, S, R]-broadcast
     views (None without RoPE). ``copies``: (q16, k16, v16) to also write fp16 copies of the
     float32 q, k (after norm and RoPE) and ``v`` [B*S, Hkv*D]; ``flag`` (int32, zeroed by the
@@ -347,9 +331,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     ``guard=2`` with ``flag``: the launch does nothing unless the flag is set (the fallback's
     epilogue). ``wo``: (o_proj weight [E, H*D] float32 contiguous, its fp16 copy) made in the
     same launch, with ``copies``. q, k (and v) are contiguous, or all three column slices of one
-    [B*S, ld] matrix (a fused QKV product): rows ``ld`` apart. ``kmax``: float32 [B * Hkv],
-    zeroed by the caller, gets the largest norm of each (batch, KV head)'s finished keys
-    (flash.py's BOUND)."""
+    [B*S, ld] matrix (a fused QKV product): rows ``ld`` apart."""
     d = head_dim
     q_rows = batch * seq * num_heads
     k_rows = batch * seq * num_kv_heads
@@ -395,10 +377,6 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         wo_rows = w32.numel() // d
     else:
         w32 = w16 = dummy
-    if kmax is not None and (kmax.dtype != torch.float32 or kmax.numel() != batch * num_kv_heads
-                             or kmax.device != k.device):
-        raise ValueError("qk_norm_rope_: kmax must be float32 [batch * num_kv_heads] on k's "
-                         "device")
     nq = triton.cdiv(q_rows, rows)
     nk = triton.cdiv(k_rows, rows)
     nv = nk if f16 or store_v32 else 0
@@ -418,5 +396,4 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
         R=rotary_dim if rope != "none" else 0, F16=f16, SCALED=scales is not None,
         STORE32=bool(store32), STORE_V32=store_v32, GUARD=int(guard), STRIDED=strided,
-        WO=wo is not None, LOOP=loop, kmax_ptr=kmax if kmax is not None else dummy,
-        KMAX=kmax is not None, num_warps=num_warps)
+        WO=wo is not None, LOOP=loop, num_warps=num_warps)

@@ -123,14 +123,13 @@ def _sdpa_ok(spec: BlockSpec, dt):
 
 
 def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor=False,
-              f16=None, out16=None, before_fallback=None, kbound=None):
+              f16=None, out16=None, before_fallback=None):
     """q [B*S, H*D], k [B*S, Hkv*D] contiguous; v the same, or V^T [Hkv*D, B*S] contiguous when
     ``v_kmajor`` -> (o [B,S,H*D], probs or None). ``f16``: (q16, k16, v16, flag), fp16 copies of
     float32 q, k, v (row-major) to compute with; q, k, v are then the fallback for when ``flag``
     says a value left fp16's range. ``out16`` (with ``f16``): an fp16 [B,S,H*D] buffer the fp16
     launches write the output to instead (o is then written only by the fallback).
-    ``before_fallback``: called between the fp16 launches and the fallback's. ``kbound`` (with
-    ``f16``): float32 [B * Hkv] key-norm maxima for the stats pass's BOUND (flash.py)."""
+    ``before_fallback``: called between the fp16 launches and the fallback's."""
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     dt = q.dtype
 
@@ -154,13 +153,10 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         main, guard = views(q16, k16, v16, False), 1
         fallback = views(q, k, v, False)
         base_key += ("f16",) + (("o16",) if out16 is not None else ())
-        # the bound needs scores that only the scale (> 0) and causal masking change
-        kbound = kbound if mk == 0 and scale > 0 else None
-        base_key += ("bound",) if kbound is not None else ()
     else:
         main, guard, flag, fallback = views(q, k, v, v_kmajor), 0, None, None
-        if out16 is not None or kbound is not None:
-            raise ValueError("attention: an fp16 output or key-norm bounds need the fp16 copies")
+        if out16 is not None:
+            raise ValueError("attention: an fp16 output needs the fp16 copies")
 
     def run(mode, cfg, probs=None, ml=None, ops=main, guard=guard):
         if cfg == "sdpa":
@@ -172,9 +168,7 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         flash.launch(qs, ks, vs, dst, probs, mask, ml, b, s, h, spec.groups, d, scale,
                      spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns,
                      v_kmajor=kmajor, pipeline="pipeline" in cfg, flag=flag, guard=guard,
-                     gp=heads_per_program(cfg), align4="a4" in cfg,
-                     kbound=kbound if mode == 1 and ops is main and "pipeline" not in cfg
-                     else None)
+                     gp=heads_per_program(cfg), align4="a4" in cfg)
         return o
 
     def run_fallback(mode, probs=None, ml=None):

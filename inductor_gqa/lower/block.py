@@ -38,7 +38,7 @@ from ..plan.spec import BlockSpec
 from . import fp16_plans
 from .attention import attention, fp32_dot_precision
 from .fp16_plans import f16_operands_allowed, f16_projections_offered, fp16_copies, \
-    fp16_o_proj, key_norm_maxima, o_proj, stats_bound_words
+    fp16_o_proj, o_proj
 from .linear import qkv
 
 
@@ -179,15 +179,14 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
     q, k, v = qkv(x, (t["wq"], t["bq"]), (t["wk"], t["bk"]), (t["wv"], t["bv"]), prec,
                   v_transposed=v_kmajor)
     # 2. norm + rope in place (+ the fp16 copies of q, k, v, and of Wo for an fp16 o_proj)
-    copies = fp16_copies(q, k, v, words=stats_bound_words(b, hk)) if f16 else None
-    kmax = key_norm_maxima(copies[3]) if f16 else None
+    copies = fp16_copies(q, k, v) if f16 else None
     o16 = fp16_o_proj(t, spec, x) if f16 else None
     if spec.norm != "none" or spec.rope != "none" or f16:
         qk_norm_rope_(q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d,
                       spec.norm, eps_value, spec.rope, spec.rotary_dim, eps_k=eps_k_value,
                       v=v, copies=copies[:3] if f16 else None,
-                      flag=copies[3] if f16 else None, wo=o16[1:] if o16 else None, kmax=kmax)
+                      flag=copies[3] if f16 else None, wo=o16[1:] if o16 else None)
     # 3. attention -> o [B, S, H*D]
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, v_kmajor, f16=copies,
-                         out16=o16[0] if o16 else None, kbound=kmax)
+                         out16=o16[0] if o16 else None)
     return o_proj(t, spec, o, probs, prec, o16, copies)

@@ -109,33 +109,19 @@ def _o_proj16(o, o16, wo, wo16, flag):
     return out.view(b, s, -1)
 
 
-def stats_bound_words(b, hk) -> int:
-    """Key-norm maxima the flag buffer carries after the flag: b * hk where the stats pass runs
-    with flash.py's BOUND, else 0. INDUCTOR_GQA_STATS_BOUND=1 turns it on (an experiment: not
-    measured in the block yet, perf/experiments/stats_bound_bench.py)."""
-    return b * hk if os.environ.get("INDUCTOR_GQA_STATS_BOUND", "0") == "1" else 0
-
-
-def key_norm_maxima(flag):
-    """The float32 [B * Hkv] key-norm maxima behind the flag word, or None."""
-    return flag[1:].view(torch.float32) if flag.numel() > 1 else None
-
-
-def fp16_copies(q, k, v, flag=None, words=0):
-    """(q16, k16, v16, flag): buffers for the epilogue's fp16 copies, and the range flag with
-    ``words`` key-norm maxima after it (zeroed here unless given: ``_range_flag``'s, which
-    scale_rows clears)."""
+def fp16_copies(q, k, v, flag=None):
+    """(q16, k16, v16, flag): buffers for the epilogue's fp16 copies, and the range flag (zeroed
+    here unless given: ``_range_flag``'s, which scale_rows clears)."""
     if flag is None:
-        flag = torch.zeros((1 + words,), device=q.device, dtype=torch.int32)
+        flag = torch.zeros((1,), device=q.device, dtype=torch.int32)
     return tuple(torch.empty(a.shape, device=a.device, dtype=torch.float16)
                  for a in (q, k, v)) + (flag,)
 
 
-def _range_flag(x, words=0):
-    """The range flag (and ``words`` key-norm maxima after it), uninitialized: the plans that
-    scale their GEMM operands have scale_rows clear it in its launch (one launch fewer than a
-    fill kernel)."""
-    return torch.empty((1 + words,), device=x.device, dtype=torch.int32)
+def _range_flag(x):
+    """The range flag, uninitialized: the plans that scale their GEMM operands have scale_rows
+    clear it in its launch (one launch fewer than a fill kernel)."""
+    return torch.empty((1,), device=x.device, dtype=torch.int32)
 
 
 def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec, table=None):
@@ -145,8 +131,7 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     b, s, e = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     # the three weights' copies are row blocks of one operand: one GEMM for q, k and v
-    flag = _range_flag(x, stats_bound_words(b, hk))
-    kmax = key_norm_maxima(flag)
+    flag = _range_flag(x)
     x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]], flag,
                                                          table)
     q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
@@ -160,7 +145,7 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
               eps_value, spec.rope, spec.rotary_dim)
     scales = (x_inv, q_inv, k_inv, v_inv)
     qk_norm_rope_(*common, eps_k=eps_k_value, v=v, copies=copies[:3], flag=copies[3],
-                  scales=scales, store32=False, wo=o16[1:] if o16 else None, kmax=kmax)
+                  scales=scales, store32=False, wo=o16[1:] if o16 else None)
 
     def finish_fp32():
         # the float32 fallback's q, k, v: finished in place only if the flag was raised (by a
@@ -169,8 +154,7 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
                       flag=copies[3])
 
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,
-                         out16=o16[0] if o16 else None, before_fallback=finish_fp32,
-                         kbound=kmax)
+                         out16=o16[0] if o16 else None, before_fallback=finish_fp32)
     return o_proj(t, spec, o, probs, prec, o16, copies)
 
 

@@ -6,7 +6,7 @@ time by difference); _tma = store P through a host TMA descriptor; m3 = both pas
 
     PYTHONPATH=$PWD python perf/experiments/probabilities_pass_bench.py
 """
-import itertools, json, os, statistics, sys
+import json, os, statistics, sys
 import torch, triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 sys.path.insert(0, os.path.dirname(__file__))

@@ -49,7 +49,7 @@ def attention_jobs():
     jobs = []
 
     def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0, out=None,
-            guard=0, probs=None, even=False, bound=0):
+            guard=0, probs=None, even=False):
         bm, bn, nw, ns = cfg[:4]
         gp = heads_per_program(cfg)
         pipeline = "pipeline" in cfg
@@ -58,13 +58,12 @@ def attention_jobs():
         p = TY[str(probs).split(".")[-1]] if probs is not None else o
         mask_t = {0: p, 1: "u8", 2: "u8", 3: p}[mask]
         types = dict(Q="*" + t, K="*" + t, V="*" + t, O="*" + o, P="*" + p, MASK="*" + mask_t,
-                     ML="*fp32", FLAG="*i32", KB="*fp32", qscale="fp32", mask_fill="fp32")
+                     ML="*fp32", FLAG="*i32", qscale="fp32", mask_fill="fp32")
         consts = dict(D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_M=bm, BLOCK_N=bn,
                       CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
                       PIPELINE=pipeline, GUARD=guard, FOLD=mask == 0, EVEN_N=even,
                       V_KMAJOR=kmajor, **({"GP": gp} if gp > 1 else {}),
                       **({"ALIGN4": True} if "a4" in cfg else {}),
-                      **({"BOUND": bound} if bound else {}),
                       **({"PERSIST": True} if guard == 2 else {}),
                       **({"sv_s": 1} if kmajor else {"sv_d": 1}))
         jobs.append(_job(f"attention {tag} mode{mode} {cfg[:4]} {prec} causal={causal} "
@@ -72,7 +71,6 @@ def attention_jobs():
                          + (f" guard={guard}" if guard else "")
                          + (f" gp{gp}" if gp > 1 else "")
                          + (" a4" if "a4" in cfg else "")
-                         + (f" bound{bound}" if bound else "")
                          + (" even" if even else ""),
                          "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
                          nw, ns))
@@ -114,13 +112,6 @@ def attention_jobs():
     for cfg in _attention_configs(torch.bfloat16, 128, 0):
         add("bf16 d128", torch.bfloat16, 128, 0, cfg + ("gp4",), kmajor=False, causal=True,
             even=True)
-    # the stats pass with the Cauchy-Schwarz bound (BOUND, an experiment's switch): W075's fp16
-    # copies, plain and causal, one query head or four per program
-    for cfg in _attention_configs(torch.float32, 64, 1, f16=True):
-        for c in (cfg, cfg + ("gp4",)):
-            for causal, bound in ((False, 1), (True, 1), (False, 2)):
-                add("fp16->fp16/fp32 d64", torch.float16, 64, 1, c, kmajor=False,
-                    out=torch.float16, probs=torch.float32, guard=1, causal=causal, bound=bound)
     # ALIGN4 (ragged S, aligned stores of the probabilities), and the guarded fallback's
     # persistent form (PERSIST)
     from inductor_gqa.lower.attention import _ALIGNED_F16_PROBS
@@ -180,8 +171,7 @@ def epilogue_jobs():
 
     jobs = []
 
-    def add(dt, d, heads, kv, norm, rope, r, f16=False, scaled=False, store32=True, guard=0,
-            kmax=False):
+    def add(dt, d, heads, kv, norm, rope, r, f16=False, scaled=False, store32=True, guard=0):
         block_d = 1 << (d - 1).bit_length()
         types = {n: "*" + dt for n in ("q_ptr", "k_ptr", "qw_ptr", "kw_ptr", "cos_ptr",
                                        "sin_ptr", "v_ptr")}
@@ -196,15 +186,13 @@ def epilogue_jobs():
                      qf_inv_ptr="*fp32" if scaled else dummy,
                      kf_inv_ptr="*fp32" if scaled else dummy,
                      vf_inv_ptr="*fp32" if scaled else dummy,
-                     wo_ptr="*fp32" if f16 else dummy, wo16_ptr="*fp16" if f16 else dummy,
-                     kmax_ptr="*fp32" if kmax else dummy)
+                     wo_ptr="*fp32" if f16 else dummy, wo16_ptr="*fp16" if f16 else dummy)
         consts = dict(D=d, BLOCK_D=block_d, ROWS=default_rows(block_d),
                       NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope], R=r, cs_d=1, F16=f16,
                       SCALED=scaled, STORE32=store32, STORE_V32=store32 and scaled, GUARD=guard,
-                      LOOP=guard == 2, STRIDED=scaled, WO=f16 and dt == "fp32", KMAX=kmax)
+                      LOOP=guard == 2, STRIDED=scaled, WO=f16 and dt == "fp32")
         jobs.append(_job(f"qk_norm_rope {dt} d{d} {heads}/{kv} {norm} {rope} r{r} f16={f16}"
-                         + (f" scaled strided store32={store32} guard={guard}" if scaled else "")
-                         + (" kmax" if kmax else ""),
+                         + (f" scaled strided store32={store32} guard={guard}" if scaled else ""),
                          "inductor_gqa.kernels.qk_epilogue", "qk_norm_rope_kernel", types,
                          consts, 4))
 
@@ -224,10 +212,6 @@ def epilogue_jobs():
     add("fp32", 64, 16, 4, "none", "half", 64, False, scaled=True, store32=True, guard=2)
     add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, True, scaled=True, store32=False)
     add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, False, scaled=True, guard=2)
-    # with the key-norm maxima for the stats pass's BOUND (halves and tile paths)
-    add("fp32", 64, 16, 4, "none", "half", 64, True, scaled=True, store32=False, kmax=True)
-    add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, True, scaled=True, store32=False,
-        kmax=True)
     for k in (1024, 4096, 16384):
         block_k = 1 << (k - 1).bit_length()
         ptrs = {f"{n}{i}": t for i in range(4) for n, t in (("x", "*fp32"), ("y", "*fp16"),
@@ -239,12 +223,8 @@ def epilogue_jobs():
                          "inductor_gqa.kernels.fp16_rows", "scale_rows_kernel",
                          dict(ptrs, zero_ptr="*i32", **tables),
                          dict(ROWS=max(1, 4096 // block_k), BLOCK_K=block_k, TARGET=13,
-                              ZERO=int(k == 1024), **table),
+                              ZERO=k == 1024, **table),
                          8 if block_k >= 4096 else 4))
-    # the flag and the key-norm maxima cleared together (the stats pass's BOUND)
-    jobs.append(_job("scale_rows K=1024 zero words", "inductor_gqa.kernels.fp16_rows",
-                     "scale_rows_kernel", dict(ptrs, zero_ptr="*i32", **tables),
-                     dict(ROWS=4, BLOCK_K=1024, TARGET=13, ZERO=2), 4))
     add("bf16", 128, 96, 8, "fp32_weight", "half", 128)  # W092
     add("bf16", 128, 96, 8, "cast_weight", "interleaved", 64)
     add("fp16", 24, 6, 3, "fp32_one_plus_weight", "half", 16)
