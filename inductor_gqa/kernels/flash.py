@@ -51,6 +51,7 @@ import triton
 import triton.language as tl
 
 from . import tuning
+from .host import cdiv, next_pow2
 from .qk_epilogue import FP16_MIN_NORMAL
 
 MASK_CODES = {"none": 0, "bool_keep": 1, "bool_fill": 2, "additive": 3}
@@ -396,7 +397,7 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         raise ValueError(f"flash.launch: {gp} query heads per program must divide the group "
                          f"({groups}) and the row tile ({block_m})")
     (Qt, sq), (Kt, sk), (Vt, sv) = q, k, v
-    block_d = max(16, triton.next_power_of_2(head_dim))
+    block_d = max(16, next_pow2(head_dim))
     if mask is not None:
         sm = mask.stride()
         mask_t = mask
@@ -408,9 +409,9 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
     ml_t = ml if ml is not None else out
     align4 = bool(align4) and align4_ok(seq, mode, causal, gp, block_n)
     if align4:
-        grid = (4 * triton.cdiv(triton.cdiv(seq, 4), block_m), batch * num_heads)
+        grid = (4 * cdiv(cdiv(seq, 4), block_m), batch * num_heads)
     else:
-        grid = (triton.cdiv(seq, block_m // gp), batch * num_heads // gp)
+        grid = (cdiv(seq, block_m // gp), batch * num_heads // gp)
     persist = guard == 2 and not align4
     n_bh = grid[1]
     if persist:

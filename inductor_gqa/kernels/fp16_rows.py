@@ -20,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .host import cdiv, next_pow2
 from .rope_table import table_rows
 
 TARGET_EXP = 13         # row maxima land in [2^13, 2^14): fp16's largest finite value is ~2^16
@@ -98,7 +99,7 @@ def scale_rows(mats, outs=None, zero=None, table=None):
         if (y.shape != m.shape or y.dtype != torch.float16 or not y.is_contiguous()
                 or inv.shape != m.shape[:1] or inv.dtype != torch.float32):
             raise ValueError("scale_rows: outs must match the matrices (fp16 copy, fp32 [rows])")
-    block_k = triton.next_power_of_2(k)
+    block_k = next_pow2(k)
     rows = max(1, 4096 // block_k)
     if zero is not None and (zero.dtype != torch.int32 or zero.numel() != 1
                              or zero.device != mats[0].device):
@@ -109,7 +110,7 @@ def scale_rows(mats, outs=None, zero=None, table=None):
         j = min(i, len(mats) - 1)
         n = mats[i].shape[0] if i < len(mats) else 0
         args += [mats[j], outs[j][0], outs[j][1], n]
-        ends.append((ends[-1] if ends else 0) + triton.cdiv(n, rows))
+        ends.append((ends[-1] if ends else 0) + cdiv(n, rows))
     if table is not None:
         targs, tconsts, tprog = table.args, dict(table.consts, TABLE=True), table.programs
     else:

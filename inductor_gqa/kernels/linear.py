@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from . import tuning
+from .host import cdiv
 
 
 @triton.jit
@@ -126,7 +127,7 @@ def launch(x2d, w, bias, y2d, prec, block_m, block_n, block_k, group_m, num_warp
     n = w.shape[0]
     if guard and flag is None:
         raise ValueError("linear launch: a guarded launch needs the flag")
-    grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n),)
+    grid = (cdiv(m, block_m) * cdiv(n, block_n),)
     if guard == 2:
         grid = (min(grid[0], tuning.GUARDED_PROGRAMS),)
     linear_kernel[grid](
@@ -147,7 +148,7 @@ def launch_qkv(x2d, parts, prec, block_m, block_n, block_k, group_m, num_warps, 
         n = w.shape[0]
         assert w.shape[1] == k and w.stride(1) == 1 and w.stride(0) == k and y.shape == (m, n)
         args += [w, bias if bias is not None else w, y, n, y.stride(0), y.stride(1)]
-        tiles += triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
+        tiles += cdiv(m, block_m) * cdiv(n, block_n)
     has_bias = parts[0][1] is not None
     assert all((p[1] is not None) == has_bias for p in parts)
     qkv_kernel[(tiles,)](

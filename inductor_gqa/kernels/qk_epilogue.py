@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from . import tuning
+from .host import cdiv, next_pow2
 
 NORM_CODES = {"none": 0, "fp32_weight": 1, "cast_weight": 2, "fp32_one_plus_weight": 3}
 FP16_MIN_NORMAL = tl.constexpr(2.0 ** -14)   # the range rule's lower bound for a row's maximum
@@ -335,7 +336,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     d = head_dim
     q_rows = batch * seq * num_heads
     k_rows = batch * seq * num_kv_heads
-    block_d = triton.next_power_of_2(d)
+    block_d = next_pow2(d)
     rows = rows or default_rows(block_d)
     dummy = q
     if rope != "none":
@@ -377,10 +378,10 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         wo_rows = w32.numel() // d
     else:
         w32 = w16 = dummy
-    nq = triton.cdiv(q_rows, rows)
-    nk = triton.cdiv(k_rows, rows)
+    nq = cdiv(q_rows, rows)
+    nk = cdiv(k_rows, rows)
     nv = nk if f16 or store_v32 else 0
-    grid = (nq + nk + nv + triton.cdiv(wo_rows, rows),)
+    grid = (nq + nk + nv + cdiv(wo_rows, rows),)
     if guard == 2:
         programs = tuning.GUARDED_PROGRAMS
     loop = programs is not None and programs < grid[0]

@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .host import cdiv, next_pow2
+
 try:  # accurate cos/sin for angles of thousands of radians (tl.cos may be an approximation)
     from triton.language.extra import libdevice
 except Exception:  # pragma: no cover
@@ -79,9 +81,9 @@ class TableJob:
         self.cos = torch.empty((b, s, rotary_dim), device=self.inv.device, dtype=dtype)
         self.sin = torch.empty_like(self.cos)
         n_tok = b * s
-        block_h = triton.next_power_of_2(rotary_dim // 2)
+        block_h = next_pow2(rotary_dim // 2)
         block_t = max(1, 256 // block_h)    # small programs: short sequences still fill the GPU
-        self.programs = triton.cdiv(n_tok, block_t)
+        self.programs = cdiv(n_tok, block_t)
         self.args = (self.inv, position_ids, self.cos, self.sin, n_tok, s,
                      position_ids.stride(0), position_ids.stride(1))
         self.consts = dict(R=rotary_dim, BLOCK_H=block_h, BLOCK_T=block_t,
