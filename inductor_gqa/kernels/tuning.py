@@ -17,6 +17,8 @@ import os
 
 import torch
 
+from .host import next_pow2
+
 _CACHE: dict = {}
 TIMINGS: dict = {}   # key -> [(candidate, ms)], for the perf script's report
 FAILURES: dict = {}  # key -> [(candidate, error)]: candidates that failed other than for resources
@@ -39,10 +41,8 @@ def interpreting() -> bool:
 
 
 def bucket(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
+    """A size's power-of-two bucket (the smallest power of two >= n)."""
+    return next_pow2(n)
 
 
 def gemm_rows_bucket(m: int) -> int:
