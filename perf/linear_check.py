@@ -7,7 +7,7 @@ GEMM and of cuBLAS's IEEE GEMM against float64, and the measured time of every c
 import torch
 
 from inductor_gqa.kernels import tuning
-from inductor_gqa.lower.linear import linear
+from inductor_gqa.lower.linear import linear, linear_key
 
 
 def main():
@@ -25,8 +25,7 @@ def main():
             lk.launch(x, w, None, forced, "tf32x3", 128, 128, 32, 8, 8, 3)
             blas = torch.nn.functional.linear(x, w)
             rel = lambda a: ((a.double() - ref).norm() / ref.norm()).item()  # noqa: E731
-            key = ("linear", tuning.gemm_rows_bucket(m), n, k, "tf32x3", False)
-            times = tuning.TIMINGS.get(key, [])
+            times = tuning.TIMINGS.get(linear_key(m, n, k, "tf32x3", False), [])
             best = ", ".join(f"{c if isinstance(c, str) else c[:3]}={ms:.4f}" for c, ms in times[:3])
             print(f"{m:6d} {n:5d} {k:5d}  {rel(forced):10.2e} {rel(blas):10.2e}  {best}  "
                   f"(ours vs ref {rel(ours):.1e})")

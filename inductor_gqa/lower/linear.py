@@ -36,6 +36,12 @@ def _candidates(fallback):
     return [_INTERPRETER_CONFIG] if tuning.interpreting() else _CONFIGS + [fallback]
 
 
+def linear_key(m: int, n: int, k: int, prec: str, bias: bool) -> tuple:
+    """The choice key of ``linear`` for an [m, k] x [n, k]^T product (perf/linear_check.py reads
+    the timings under it)."""
+    return ("linear", tuning.gemm_rows_bucket(m), tuning.bucket(n), k, prec, bias)
+
+
 def linear(x: torch.Tensor, w: torch.Tensor, b, prec: str) -> torch.Tensor:
     """F.linear(x, w, b) for x [..., K]; ``prec`` is the fp32 dot precision in force."""
     x2d = x.reshape(-1, x.shape[-1])
@@ -52,8 +58,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, b, prec: str) -> torch.Tensor:
         linear_kernels.launch(x2d, w, b, y, prec, bm, bn, bk, gm, nw, ns)
         return y
 
-    key = ("linear", tuning.gemm_rows_bucket(m), tuning.bucket(n), k, prec, b is not None)
-    out = run(tuning.pick(key, _candidates("library"), run))
+    out = run(tuning.pick(linear_key(m, n, k, prec, b is not None), _candidates("library"), run))
     return out.reshape(*x.shape[:-1], n)
 
 
