@@ -31,7 +31,8 @@ try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
-        fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+        fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init,
+        warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     # a barrier across the block's threads: thread_barrier in Triton 3.6, barrier from 3.7
     _block_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -41,10 +42,11 @@ except ImportError:         # an older Triton: the Triton pass is the only one
 
 LOG2E = 1.4426950408889634
 
-# (BLOCK_M, BLOCK_N, warps, K/V stages, probability buffers): the tuner's candidates, next to
-# flash.py's MODE 2 configs (lower/attention.py)
-CONFIGS = [(128, 64, 8, 2, 2), (128, 64, 8, 3, 2), (64, 64, 4, 2, 2), (64, 64, 4, 3, 2),
-           (128, 32, 8, 3, 3), (64, 128, 4, 2, 1)]
+# (BLOCK_M, BLOCK_N, warps, K/V stages, probability buffers, OVERLAP): the tuner's candidates,
+# next to flash.py's MODE 2 configs (lower/attention.py)
+CONFIGS = [(128, 64, 8, 2, 2, 0), (64, 64, 4, 3, 2, 0),
+           (128, 64, 8, 4, 2, 1), (64, 64, 4, 4, 2, 1), (64, 64, 4, 5, 3, 1),
+           (128, 32, 8, 4, 3, 1), (64, 32, 4, 4, 3, 1), (128, 64, 8, 5, 2, 1)]
 
 
 if HAVE_GLUON:
@@ -53,7 +55,7 @@ if HAVE_GLUON:
                          H, G, S, qscale,
                          D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                          STAGES: gl.constexpr, PBUF: gl.constexpr, CAUSAL: gl.constexpr,
-                         GUARD: gl.constexpr, num_warps: gl.constexpr):
+                         GUARD: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr):
         if GUARD == 1:
             if gl.load(FLAG) != 0:
                 return
@@ -95,7 +97,10 @@ if HAVE_GLUON:
 
         mbarrier.expect(q_bar, BLOCK_M * D * 2)
         tma.async_copy_global_to_shared(q_desc, [q_row, h * D], q_bar, q_smem)
-        for i in gl.static_range(STAGES - 1):
+        # tiles loaded ahead: STAGES - 1, or STAGES - 2 when OVERLAP (a slot is refilled only
+        # after the block barrier that follows its P @ V's wait)
+        LEAD: gl.constexpr = STAGES - 2 if OVERLAP else STAGES - 1
+        for i in gl.static_range(LEAD):
             if i < n_tiles:
                 mbarrier.expect(kv_bar.index(i), kv_bytes)
                 tma.async_copy_global_to_shared(k_desc, [kv_row + i * BLOCK_N, kvh * D],
@@ -110,47 +115,52 @@ if HAVE_GLUON:
         l_i = gl.load(ML + ml_off + 1)
         lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
         lse2 = gl.expand_dims(lse, 1)
-        if CAUSAL:
-            rows2 = gl.expand_dims(offs_r, 1)
-            cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        rows2 = gl.expand_dims(offs_r, 1)
+        cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
 
-        acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
         s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
         mbarrier.wait(q_bar, 0)
-        for j in range(n_tiles):
-            slot = j % STAGES
-            # refill the slot tile j - 1 used (its products were waited for at its end)
-            nj = j + STAGES - 1
-            if nj < n_tiles:
-                ns = nj % STAGES
-                mbarrier.expect(kv_bar.index(ns), kv_bytes)
-                tma.async_copy_global_to_shared(k_desc, [kv_row + nj * BLOCK_N, kvh * D],
-                                                kv_bar.index(ns), k_smem.index(ns))
-                tma.async_copy_global_to_shared(v_desc, [kv_row + nj * BLOCK_N, kvh * D],
-                                                kv_bar.index(ns), v_smem.index(ns))
-            mbarrier.wait(kv_bar.index(slot), (j // STAGES) & 1)
-            k_t = k_smem.index(slot).permute((1, 0))
-            s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
-            z = gl.fma(s, qscale, -lse2)
-            if CAUSAL:
-                n0 = j * BLOCK_N
-                if n0 + BLOCK_N - 1 > m0:
-                    z = gl.where(rows2 >= gl.expand_dims(n0 + cols, 0), z, float("-inf"))
-            p = gl.exp2(z)
-            # the buffer this tile takes was last sent PBUF tiles ago: wait for that copy to
-            # have read it, then for every thread to know
-            pb = j % PBUF
-            tma.store_wait(PBUF - 1)
-            _block_barrier()
-            p_smem.index(pb).store(p)
-            fence_async_shared()
-            _block_barrier()
-            tma.async_copy_shared_to_global(p_desc, [p_row, j * BLOCK_N], p_smem.index(pb))
-            p16 = gl.convert_layout(p.to(v_desc.dtype), p_op_layout)
-            v_s = v_smem.index(slot)
-            acc = warpgroup_mma(p16, v_s, acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=(acc, p16, v_s))[0]
+        if OVERLAP:
+            acc = _overlapped_loop(q_smem, k_smem, v_smem, p_smem, kv_bar, k_desc, v_desc,
+                                        p_desc, s_zero, lse2, rows2, cols, qscale, n_tiles, m0,
+                                        kv_row, kvh, p_row, D, BLOCK_M, BLOCK_N, STAGES, PBUF,
+                                        CAUSAL, s_layout, o_layout)
+        else:
+            acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+            for j in range(n_tiles):
+                slot = j % STAGES
+                # refill the slot tile j - 1 used (its products were waited for at its end)
+                nj = j + STAGES - 1
+                if nj < n_tiles:
+                    ns = nj % STAGES
+                    mbarrier.expect(kv_bar.index(ns), kv_bytes)
+                    tma.async_copy_global_to_shared(k_desc, [kv_row + nj * BLOCK_N, kvh * D],
+                                                    kv_bar.index(ns), k_smem.index(ns))
+                    tma.async_copy_global_to_shared(v_desc, [kv_row + nj * BLOCK_N, kvh * D],
+                                                    kv_bar.index(ns), v_smem.index(ns))
+                mbarrier.wait(kv_bar.index(slot), (j // STAGES) & 1)
+                k_t = k_smem.index(slot).permute((1, 0))
+                s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
+                z = gl.fma(s, qscale, -lse2)
+                if CAUSAL:
+                    n0 = j * BLOCK_N
+                    if n0 + BLOCK_N - 1 > m0:
+                        z = gl.where(rows2 >= gl.expand_dims(n0 + cols, 0), z, float("-inf"))
+                p = gl.exp2(z)
+                # the buffer this tile takes was last sent PBUF tiles ago: wait for that copy to
+                # have read it, then for every thread to know
+                pb = j % PBUF
+                tma.store_wait(PBUF - 1)
+                _block_barrier()
+                p_smem.index(pb).store(p)
+                fence_async_shared()
+                _block_barrier()
+                tma.async_copy_shared_to_global(p_desc, [p_row, j * BLOCK_N], p_smem.index(pb))
+                p16 = gl.convert_layout(p.to(v_desc.dtype), p_op_layout)
+                v_s = v_smem.index(slot)
+                acc = warpgroup_mma(p16, v_s, acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=(acc, p16, v_s))[0]
 
         if CAUSAL:
             # tiles wholly above the diagonal: zeros, from one zero tile in global memory
@@ -181,6 +191,66 @@ if HAVE_GLUON:
         mbarrier.invalidate(q_bar)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(kv_bar.index(i))
+
+
+    @gluon.jit
+    def _overlapped_loop(q_smem, k_smem, v_smem, p_smem, kv_bar, k_desc, v_desc, p_desc, s_zero,
+                         lse2, rows2, cols, qscale, n_tiles, m0, kv_row, kvh, p_row,
+                         D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                         STAGES: gl.constexpr, PBUF: gl.constexpr, CAUSAL: gl.constexpr,
+                         s_layout: gl.constexpr, o_layout: gl.constexpr):
+        """The key loop with warpgroup MMAs in flight under the exponentials and stores:
+        q @ k^T of tile j + 1 is issued before tile j's softmax, and tile j's P @ V runs into
+        the next tile, waited for together with that tile's next product. Per tile: QK(j+1),
+        softmax and store of j, [wait QK(j+1), PV(j-1)], PV(j). No MMA result in flight is
+        carried across the loop's back edge except P @ V's accumulator, which the MMA updates
+        in place (a copy of in-flight registers would make ptxas serialize every MMA). Needs
+        STAGES >= 4: slot j - 2 is refilled with tile j + STAGES - 2 after tile j's block
+        barrier, by which every warp has waited for PV(j - 2)."""
+        p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout,
+                                                        k_width=2)
+        gl.static_assert(STAGES >= 4)
+        gl.static_assert(PBUF >= 2)
+        kv_bytes: gl.constexpr = 2 * BLOCK_N * D * 2
+        mbarrier.wait(kv_bar.index(0), 0)
+        s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
+                              is_async=True)
+        s = warpgroup_mma_wait(0, deps=(s_tok, ))
+        acc = warpgroup_mma_init(gl.zeros([BLOCK_M, D], gl.float32, o_layout))
+        for j in range(n_tiles):
+            slot = j % STAGES
+            nslot = (j + 1) % STAGES
+            # QK(j + 1); past the last tile it reads a stale slot and is never used
+            mbarrier.wait(kv_bar.index(nslot), ((j + 1) // STAGES) & 1, pred=j + 1 < n_tiles)
+            s_tok = warpgroup_mma(q_smem, k_smem.index(nslot).permute((1, 0)), s_zero,
+                                  use_acc=False, is_async=True)
+            z = gl.fma(s, qscale, -lse2)
+            if CAUSAL:
+                n0 = j * BLOCK_N
+                if n0 + BLOCK_N - 1 > m0:
+                    z = gl.where(rows2 >= gl.expand_dims(n0 + cols, 0), z, float("-inf"))
+            p = gl.exp2(z)
+            pb = j % PBUF
+            p_smem.index(pb).store(p)
+            fence_async_shared()
+            # the copy of tile j + 1 - PBUF (whose buffer tile j + 1 takes) has read it once
+            # at most PBUF - 2 copies are pending; the barrier tells every thread
+            tma.store_wait(PBUF - 2)
+            _block_barrier()
+            tma.async_copy_shared_to_global(p_desc, [p_row, j * BLOCK_N], p_smem.index(pb))
+            nj = j + STAGES - 2
+            if nj < n_tiles:
+                ns = nj % STAGES
+                mbarrier.expect(kv_bar.index(ns), kv_bytes)
+                tma.async_copy_global_to_shared(k_desc, [kv_row + nj * BLOCK_N, kvh * D],
+                                                kv_bar.index(ns), k_smem.index(ns))
+                tma.async_copy_global_to_shared(v_desc, [kv_row + nj * BLOCK_N, kvh * D],
+                                                kv_bar.index(ns), v_smem.index(ns))
+            p16 = gl.convert_layout(p.to(v_desc.dtype), p_op_layout)
+            s, acc = warpgroup_mma_wait(0, deps=(s_tok, acc))
+            acc = warpgroup_mma(p16, v_smem.index(slot), acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=(acc, ))
+        return acc
 
 
 def available(device: torch.device) -> bool:
@@ -216,7 +286,7 @@ def launch(q16, k16, v16, out, probs, ml, flag, batch, seq, num_heads, groups, h
     unit column stride; out [B, S, H*D]-strided (row stride out.stride(1)); probs [B, H, S, S]
     float32 contiguous; ml the stats pass's [B*H*S*2]; ``guard`` 1 exits at once if ``flag``
     is set (flash.py's GUARD 1)."""
-    block_m, block_n, num_warps, stages, pbuf = cfg[:5]
+    block_m, block_n, num_warps, stages, pbuf, overlap = cfg[:6]
     if not supported(q16, seq, head_dim, 0, scale, cfg):
         raise ValueError(f"probs_tma.launch: S={seq}, head_dim={head_dim}, {q16.dtype} not "
                          f"covered by config {cfg}")
@@ -243,4 +313,5 @@ def launch(q16, k16, v16, out, probs, ml, flag, batch, seq, num_heads, groups, h
         q_desc, k_desc, v_desc, p_desc, zero_desc, out, ml, flag if guard else out,
         out.stride(0), out.stride(1), num_heads, groups, seq, float(scale) * LOG2E,
         D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, PBUF=pbuf,
-        CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps)
+        CAUSAL=bool(causal), GUARD=int(guard), OVERLAP=bool(overlap),
+        num_warps=num_warps)
