@@ -83,10 +83,12 @@ def run_case(name, causal):
         try:
             c.o.fill_(float("nan"))
             c.probs.fill_(float("nan"))
+            c.flag.zero_()      # a config that raised it must not make the next ones exit
             fn()
             torch.cuda.synchronize()
             got = (c.probs.clone(), c.o.float().clone())
-            check = {"finite": bool(torch.isfinite(got[0]).all() and torch.isfinite(got[1]).all())}
+            check = {"finite": bool(torch.isfinite(got[0]).all() and torch.isfinite(got[1]).all()),
+                     "flag": int(c.flag.item())}
             if ref is None:
                 ref = got
             else:
@@ -97,6 +99,7 @@ def run_case(name, causal):
                 upper = torch.triu(torch.ones(s, s, device="cuda", dtype=torch.bool), 1)
                 check["upper_zero"] = bool((got[0][:, :, upper] == 0).all())
             us = t_us(fn)
+            check["flag_after_timing"] = int(c.flag.item())
             rows.append(dict(kind=kind, cfg=str(cfg), us=round(us, 2), **check))
         except Exception as e:  # noqa: BLE001
             rows.append(dict(kind=kind, cfg=str(cfg), us=None,
