@@ -9,6 +9,8 @@
   P @ V. No other S x S tensor exists.
   MODE 3: the probabilities path in one launch when a whole row fits one key tile (BLOCK_N >= S,
   the host's guarantee): exact row max and sum, then the same store and P @ V.
+  MODE 4: MODE 1 then MODE 2 in the same program, row tile by row tile: the pair in one launch,
+  for the guarded fallback (two passes in one launch are slower where speed counts: note 9).
 * Masks, in the eager order: scale, causal (-inf), bool_fill (mask_fill), bool_keep (-inf),
   additive. Causal tiles wholly above the diagonal are skipped (and, for probabilities, written as
   zeros without computing) except with bool_fill, whose finite fill overrides the causal -inf.
@@ -184,14 +186,50 @@ def gqa_attention_kernel(
         # that only read the flag took microseconds at W075's larger sizes)
         n_tiles = tl.cdiv(S, BLOCK_M // GP) * N_BH
         for tile in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-            _attention_tile(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, FLAG,
-                            sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
-                            so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
-                            qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
-                            MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                            ALIGN4)
+            _tile_modes(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, FLAG,
+                        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
+                        so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
+                        qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
+                        MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
+                        ALIGN4)
     else:
-        _attention_tile(tl.program_id(0), tl.program_id(1), Q, K, V, O, P, MASK, ML, FLAG,
+        _tile_modes(tl.program_id(0), tl.program_id(1), Q, K, V, O, P, MASK, ML, FLAG,
+                    sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
+                    so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
+                    qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
+                    MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
+                    ALIGN4)
+
+
+@triton.jit
+def _tile_modes(
+        start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
+        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
+        sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
+        H, G, S, qscale, mask_fill,
+        D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
+        UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
+        GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr,
+        ALIGN4: tl.constexpr):
+    # MODE 4: MODE 1 then MODE 2 on the same row tile (a tile's probabilities need only its own
+    # rows' statistics), for the guarded fallback: one launch instead of two; the barrier makes
+    # the statistics one thread stored visible to the thread that reads them
+    if MODE == 4:
+        _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
+                        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
+                        so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
+                        qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
+                        1, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N, ALIGN4)
+        tl.debug_barrier()
+        _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
+                        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
+                        so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
+                        qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
+                        2, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N, ALIGN4)
+        tl.debug_barrier()      # a looping program's next tile must not race these reads
+    else:
+        _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
                         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                         qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
@@ -382,7 +420,7 @@ def align4_ok(seq, mode, causal, gp, block_n):
     """Where ALIGN4 applies: probabilities stored (MODE 2 or 3) with rows not 16-byte aligned
     (S % 4 != 0), no causal mask, one query head per program; MODE 3's single key tile must
     still cover a row shifted by up to 3 columns."""
-    return (mode >= 2 and seq % 4 != 0 and not causal and gp == 1
+    return (mode in (2, 3) and seq % 4 != 0 and not causal and gp == 1
             and (mode == 2 or block_n >= seq + 3))
 
 

@@ -98,6 +98,7 @@ def attention_jobs():
                     out=torch.float16, probs=torch.float32, guard=1, even=even)
         add("fp16->fp32 d64", torch.float16, 64, mode, cfgs[0], kmajor=False,
             out=torch.float32, guard=1)        # float32 output: no o_proj, or with a bias
+    for mode in (0, 4):     # the guarded fallback: one pass, or both passes in one launch
         for d in (64, 256):
             for cfg in _FALLBACK_CONFIGS:
                 add(f"fp32 fallback d{d}", torch.float32, d, mode, cfg, kmajor=False, guard=2)
