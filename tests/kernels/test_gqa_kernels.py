@@ -694,3 +694,51 @@ def test_aligned_ragged_stores_only_where_they_apply():
     assert not flash.align4_ok(37, 2, True, 1, 32)         # causal: the plain path
     assert not flash.align4_ok(37, 2, False, 4, 32)        # packed heads: rows of 4 heads
     assert not flash.align4_ok(126, 3, False, 1, 128)      # one tile must cover S + 3
+
+
+@pytest.mark.parametrize("mode", ["f16proj", "bf16_norm", "ragged_tokens"])
+def test_epilogue_token_major_matches_rows(mode):
+    """Token-major epilogue programs (whole tokens x all heads: cos/sin and scales loaded once
+    per token) write what the head-row programs write, bit for bit, and raise the range flag
+    alike: W075's f16proj launch (scaled fused QKV columns, fp16 copies, Wo's copy, one tiny
+    head row), W092's bf16 norm + RoPE in place, and a token count no program size divides."""
+    from inductor_gqa.kernels.qk_epilogue import qk_norm_rope_
+    g = torch.Generator().manual_seed(0)
+    b, s, h, hk, d = 1, 7 if mode == "ragged_tokens" else 8, 4, 2, 16
+    n = b * s
+    ang = torch.randn(b, s, d, generator=g)
+    cos, sin = ang.cos(), ang.sin()
+    if mode == "bf16_norm":
+        q0 = torch.randn(n, h * d, generator=g).bfloat16()
+        k0 = torch.randn(n, hk * d, generator=g).bfloat16()
+        qw, kw = torch.rand(d, generator=g).bfloat16(), torch.rand(d, generator=g).bfloat16()
+        outs = []
+        for tm in (False, True):
+            q, k = q0.clone(), k0.clone()
+            qk_norm_rope_(q, k, qw, kw, cos.bfloat16(), sin.bfloat16(), b, s, h, hk, d,
+                          "fp32_weight", 1e-6, "half", d, token_major=tm, tok_rows=4)
+            outs.append((q, k))
+        # the norm's row sums may reduce in another order: equal to rounding
+        for x, y in zip(*outs):
+            torch.testing.assert_close(x.float(), y.float(), rtol=1e-2, atol=1e-2)
+        return
+    qkv0 = torch.randn(n, (h + 2 * hk) * d, generator=g) * 300.0
+    qkv0[2, h * d:h * d + d] *= 2.0 ** -30         # one k head row below fp16's normal range
+    wo = torch.randn(32, h * d, generator=g)
+    scales = (torch.rand(n, generator=g) + 0.5, torch.rand(h * d, generator=g) + 0.5,
+              torch.rand(hk * d, generator=g) + 0.5, torch.rand(hk * d, generator=g) + 0.5)
+    outs = []
+    for tm in (False, True):
+        qkv = qkv0.clone()
+        q, k, v = qkv[:, :h * d], qkv[:, h * d:(h + hk) * d], qkv[:, (h + hk) * d:]
+        copies = tuple(torch.full(a.shape, float("nan"), dtype=torch.float16) for a in (q, k, v))
+        flag = torch.zeros(1, dtype=torch.int32)
+        wo16 = torch.full(wo.shape, float("nan"), dtype=torch.float16)
+        qk_norm_rope_(q, k, None, None, cos, sin, b, s, h, hk, d, "none", 1e-6, "half", d, v=v,
+                      copies=copies, flag=flag, scales=scales, store32=False, wo=(wo, wo16),
+                      token_major=tm, tok_rows=4)
+        outs.append((qkv, *copies, wo16, flag))
+    for x, y in zip(*outs):
+        assert torch.equal(x, y) or torch.equal(x.isnan(), y.isnan()) and torch.equal(
+            x.nan_to_num(), y.nan_to_num())
+    assert outs[1][-1].item() == 1 and not any(c.isnan().any() for c in outs[1][1:4])
