@@ -91,15 +91,14 @@ def _load_cols(base, cols, m2, feat0, tok_inv, feat_inv_ptr, SCALED: tl.constexp
 
 @triton.jit
 def _weighted(x, rs, w, DT: tl.constexpr, NORM: tl.constexpr):
-    """The normalized row times its weight, in the eager order of each norm style; ``rs`` (one
-    per row) and ``w`` (one per column) come shaped to broadcast against ``x``."""
-    x = x * rs
+    """The normalized row times its weight, in the eager order of each norm style."""
+    x = x * rs[:, None]
     if NORM == 1:
-        x = _round(x * w, DT)
+        x = _round(x * w[None, :], DT)
     elif NORM == 2:
-        x = _round(_round(x, DT) * w, DT)
+        x = _round(_round(x, DT) * w[None, :], DT)
     else:
-        x = _round(x * (1.0 + w), DT)
+        x = _round(x * (1.0 + w[None, :]), DT)
     return x
 
 
@@ -133,9 +132,8 @@ def _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
     if NORM != 0:
         ms = (tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / D
         rs = 1.0 / tl.sqrt(ms + eps)
-        x1 = _weighted(x1, rs[:, None], tl.load(w_ptr + c).to(tl.float32)[None, :], DT, NORM)
-        x2 = _weighted(x2, rs[:, None], tl.load(w_ptr + c + HALF).to(tl.float32)[None, :], DT,
-                       NORM)
+        x1 = _weighted(x1, rs, tl.load(w_ptr + c).to(tl.float32), DT, NORM)
+        x2 = _weighted(x2, rs, tl.load(w_ptr + c + HALF).to(tl.float32), DT, NORM)
     tok = rows // heads                      # b * S + s
     bi = tok // S
     si = tok - bi * S
@@ -152,72 +150,6 @@ def _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
     if F16:
         offs = rows[:, None].to(tl.int64) * D + c[None, :]
         _store16_pair(x16_ptr, offs, offs + HALF, y1, y2, m2, flag_ptr)
-
-
-@triton.jit
-def _tok_rows(x_ptr, w_ptr, n_tok, heads, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-              x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr, ld, D: tl.constexpr,
-              TOK: tl.constexpr, BH: tl.constexpr, NORM: tl.constexpr, HALVES: tl.constexpr,
-              F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
-              STRIDED: tl.constexpr):
-    """TOK tokens x all heads per program, as a [TOK, BH, columns] tile: each token's cos/sin
-    and scale are loaded once for all its heads, and the feature scales once for all TOK tokens
-    (``_rows_halves`` loads them per head row). HALVES: rotate-half RoPE over the whole head
-    (R == D), rows as two halves as in ``_rows_halves``, with the same arithmetic per element;
-    else whole rows with neither norm nor RoPE (V)."""
-    W: tl.constexpr = D // 2 if HALVES else D
-    t = pid * TOK + tl.arange(0, TOK)
-    hh = tl.arange(0, BH)
-    c = tl.arange(0, W)
-    tmask = t < n_tok
-    m3 = tmask[:, None, None] & (hh < heads)[None, :, None] & (c < W)[None, None, :]
-    DT = x_ptr.dtype.element_ty
-    feat = (hh * D)[None, :, None] + c[None, None, :]          # [1, BH, W]
-    if STRIDED:
-        row0 = t.to(tl.int64) * ld
-    else:
-        row0 = t.to(tl.int64) * (heads * D)
-    base = x_ptr + row0[:, None, None] + feat
-    fmask = (hh < heads)[None, :, None] & (c < W)[None, None, :]
-    if SCALED:
-        tok_inv = tl.load(tok_inv_ptr + t, mask=tmask, other=1.0)[:, None, None]
-        x1 = (tl.load(base, mask=m3, other=0.0).to(tl.float32) * tok_inv
-              * tl.load(feat_inv_ptr + feat, mask=fmask, other=1.0))
-    else:
-        x1 = tl.load(base, mask=m3, other=0.0).to(tl.float32)
-    offs = (t.to(tl.int64) * heads * D)[:, None, None] + feat      # rows of D in the copies
-    if HALVES:
-        if SCALED:
-            x2 = (tl.load(base + W, mask=m3, other=0.0).to(tl.float32) * tok_inv
-                  * tl.load(feat_inv_ptr + feat + W, mask=fmask, other=1.0))
-        else:
-            x2 = tl.load(base + W, mask=m3, other=0.0).to(tl.float32)
-        if NORM != 0:
-            ms = (tl.sum(x1 * x1, axis=2) + tl.sum(x2 * x2, axis=2)) / D
-            rs = (1.0 / tl.sqrt(ms + eps))[:, :, None]
-            x1 = _weighted(x1, rs, tl.load(w_ptr + c).to(tl.float32)[None, None, :], DT, NORM)
-            x2 = _weighted(x2, rs, tl.load(w_ptr + c + W).to(tl.float32)[None, None, :], DT,
-                           NORM)
-        bi = t // S
-        si = t - bi * S
-        cso = (bi.to(tl.int64) * cs_b + si * cs_s)[:, None, None] + (c * cs_d)[None, None, :]
-        cm = tmask[:, None, None] & (c < W)[None, None, :]
-        c1 = tl.load(cos_ptr + cso, mask=cm, other=1.0).to(tl.float32)
-        s1 = tl.load(sin_ptr + cso, mask=cm, other=0.0).to(tl.float32)
-        c2 = tl.load(cos_ptr + cso + W * cs_d, mask=cm, other=1.0).to(tl.float32)
-        s2 = tl.load(sin_ptr + cso + W * cs_d, mask=cm, other=0.0).to(tl.float32)
-        y1 = x1 * c1 + (-x2) * s1
-        y2 = x2 * c2 + x1 * s2
-        if STORE32:
-            tl.store(base, y1.to(DT), mask=m3)
-            tl.store(base + W, y2.to(DT), mask=m3)
-        if F16:
-            _store16_pair(x16_ptr, offs, offs + W, y1, y2, m3, flag_ptr)
-    else:
-        if STORE32:
-            tl.store(base, x1.to(DT), mask=m3)
-        if F16:
-            _store16(x16_ptr, offs, x1, m3, flag_ptr)
 
 
 @triton.jit
@@ -290,12 +222,10 @@ def _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
     if NORM != 0:
         ms = tl.sum(x * x, axis=1) / D
         rs = 1.0 / tl.sqrt(ms + eps)
-        x = _weighted(x, rs[:, None],
-                      tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :], DT,
+        x = _weighted(x, rs, tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32), DT,
                       NORM)
         if (ROPE != 0) & (not REG_ROT):
-            xp = _weighted(xp, rs[:, None],
-                           tl.load(w_ptr + pcol, mask=cmask, other=0.0).to(tl.float32)[None, :],
+            xp = _weighted(xp, rs, tl.load(w_ptr + pcol, mask=cmask, other=0.0).to(tl.float32),
                            DT, NORM)
     if ROPE != 0:
         tok = rows // heads                      # b * S + s
@@ -328,9 +258,7 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                         NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
                         F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
                         STORE_V32: tl.constexpr, GUARD: tl.constexpr, STRIDED: tl.constexpr,
-                        WO: tl.constexpr, LOOP: tl.constexpr = False, TOKMAJ: tl.constexpr = False,
-                        TOK_Q: tl.constexpr = 1, TOK_K: tl.constexpr = 1,
-                        BLOCK_HQ: tl.constexpr = 1, BLOCK_HK: tl.constexpr = 1):
+                        WO: tl.constexpr, LOOP: tl.constexpr = False):
     if GUARD == 2:      # the float32 fallback's epilogue: only once the flag is raised
         if tl.load(flag_ptr) == 0:
             return
@@ -343,15 +271,13 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                      cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr, v16_ptr,
                      flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr, ld,
                      wo_ptr, wo16_ptr, wo_rows, nq, nk, nv, D, BLOCK_D, ROWS, NORM, ROPE, R,
-                     F16, SCALED, STORE32, STORE_V32, STRIDED, WO, TOKMAJ, TOK_Q, TOK_K,
-                     BLOCK_HQ, BLOCK_HK)
+                     F16, SCALED, STORE32, STORE_V32, STRIDED, WO)
     else:
         _program(tl.program_id(0), q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                  eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr,
                  v16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr, ld,
                  wo_ptr, wo16_ptr, wo_rows, nq, nk, nv, D, BLOCK_D, ROWS, NORM, ROPE, R,
-                 F16, SCALED, STORE32, STORE_V32, STRIDED, WO, TOKMAJ, TOK_Q, TOK_K, BLOCK_HQ,
-                 BLOCK_HK)
+                 F16, SCALED, STORE32, STORE_V32, STRIDED, WO)
 
 
 @triton.jit
@@ -362,31 +288,10 @@ def _program(pid, q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, 
              D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
              NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
              F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
-             STORE_V32: tl.constexpr, STRIDED: tl.constexpr, WO: tl.constexpr,
-             TOKMAJ: tl.constexpr, TOK_Q: tl.constexpr, TOK_K: tl.constexpr,
-             BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr):
+             STORE_V32: tl.constexpr, STRIDED: tl.constexpr, WO: tl.constexpr):
     # one flat grid: nq programs for q, then nk for k, nv for V, the rest for o_proj's weight
     # (a 2-D grid sized by q left most of the k, V and Wo programs with nothing to do)
-    if TOKMAJ:
-        # token-major programs for q, k and V (rotate-half RoPE over the whole head, or none)
-        n_tok = q_rows // HQ
-        if pid < nq:
-            _tok_rows(q_ptr, qw_ptr, n_tok, HQ, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                      q16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, ld, D, TOK_Q, BLOCK_HQ, NORM,
-                      True, F16, SCALED, STORE32, STRIDED)
-        elif pid < nq + nk:
-            _tok_rows(k_ptr, kw_ptr, n_tok, HK, S, pid - nq, eps_k, cos_ptr, sin_ptr, cs_b, cs_s,
-                      cs_d, k16_ptr, flag_ptr, tok_inv_ptr, kf_inv_ptr, ld, D, TOK_K, BLOCK_HK,
-                      NORM, True, F16, SCALED, STORE32, STRIDED)
-        elif pid < nq + nk + nv:
-            _tok_rows(v_ptr, kw_ptr, n_tok, HK, S, pid - nq - nk, eps_k, cos_ptr, sin_ptr, cs_b,
-                      cs_s, cs_d, v16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, ld, D, TOK_K,
-                      BLOCK_HK, 0, False, F16, SCALED, STORE_V32, STRIDED)
-        elif WO:
-            _rows(wo_ptr, kw_ptr, wo_rows, 1, S, pid - nq - nk - nv, eps_k, cos_ptr, sin_ptr,
-                  cs_b, cs_s, cs_d, wo16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, D, D, BLOCK_D,
-                  ROWS, 0, 0, 0, 1, 0, 0, 0)
-    elif pid < nq:
+    if pid < nq:
         _rows(q_ptr, qw_ptr, q_rows, HQ, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
               q16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, ld, D, BLOCK_D, ROWS, NORM, ROPE,
               R, F16, SCALED, STORE32, STRIDED)
@@ -405,9 +310,6 @@ def _program(pid, q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, 
               0, 0, 0, 1, 0, 0, 0)
 
 
-TOKEN_ROWS = 32      # head rows per token-major program (whole tokens; see qk_norm_rope_)
-
-
 def default_rows(block_d):
     """Rows per program. From epilogue_bench on the H200 at W075 sizes (head_dim 64): 16 rows
     are 3-6% faster than 32 since rows are loaded as halves (runs/profiles/
@@ -419,7 +321,7 @@ def default_rows(block_d):
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_heads,
                   num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None, v=None,
                   copies=None, flag=None, scales=None, store32=None, guard=0, wo=None,
-                  rows=None, num_warps=4, programs=None, token_major=None, tok_rows=None):
+                  rows=None, num_warps=4, programs=None):
     """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin: [B, S, R]-broadcast
     views (None without RoPE). ``copies``: (q16, k16, v16) to also write fp16 copies of the
     float32 q, k (after norm and RoPE) and ``v`` [B*S, Hkv*D]; ``flag`` (int32, zeroed by the
@@ -430,9 +332,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     ``guard=2`` with ``flag``: the launch does nothing unless the flag is set (the fallback's
     epilogue). ``wo``: (o_proj weight [E, H*D] float32 contiguous, its fp16 copy) made in the
     same launch, with ``copies``. q, k (and v) are contiguous, or all three column slices of one
-    [B*S, ld] matrix (a fused QKV product): rows ``ld`` apart. ``token_major`` (rotate-half
-    RoPE over whole power-of-two heads only): q, k and V programs take ``tok_rows`` head rows
-    as whole tokens (``_tok_rows``) instead of ``rows`` head rows."""
+    [B*S, ld] matrix (a fused QKV product): rows ``ld`` apart."""
     d = head_dim
     q_rows = batch * seq * num_heads
     k_rows = batch * seq * num_kv_heads
@@ -478,24 +378,8 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         wo_rows = w32.numel() // d
     else:
         w32 = w16 = dummy
-    tok_ok = rope == "half" and rotary_dim == d and block_d == d
-    if token_major is None:
-        token_major = False
-    if token_major and not tok_ok:
-        raise ValueError("qk_norm_rope_: token-major programs need rotate-half RoPE over whole "
-                         "power-of-two heads")
-    tok_consts = {}
-    if token_major:
-        n_tok = batch * seq
-        tok_rows = tok_rows or TOKEN_ROWS
-        bhq, bhk = next_pow2(num_heads), next_pow2(num_kv_heads)
-        tok_q, tok_k = max(1, tok_rows // bhq), max(1, tok_rows // bhk)
-        nq = cdiv(n_tok, tok_q)
-        nk = cdiv(n_tok, tok_k)
-        tok_consts = dict(TOKMAJ=True, TOK_Q=tok_q, TOK_K=tok_k, BLOCK_HQ=bhq, BLOCK_HK=bhk)
-    else:
-        nq = cdiv(q_rows, rows)
-        nk = cdiv(k_rows, rows)
+    nq = cdiv(q_rows, rows)
+    nk = cdiv(k_rows, rows)
     nv = nk if f16 or store_v32 else 0
     grid = (nq + nk + nv + cdiv(wo_rows, rows),)
     if guard == 2:
@@ -513,4 +397,4 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
         R=rotary_dim if rope != "none" else 0, F16=f16, SCALED=scales is not None,
         STORE32=bool(store32), STORE_V32=store_v32, GUARD=int(guard), STRIDED=strided,
-        WO=wo is not None, LOOP=loop, **tok_consts, num_warps=num_warps)
+        WO=wo is not None, LOOP=loop, num_warps=num_warps)

@@ -5,11 +5,8 @@ The launch measured ~40 us at 512x16 in profile_block (about 2 TB/s for ~85 MB).
 per program and warps of the current kernel, and optionally the kernel of another revision (its
 module file given with --old, e.g. ``git show REV:inductor_gqa/kernels/qk_epilogue.py``), so that
 a kernel change is timed against its predecessor in one process. Results also check that every
-variant writes the same copies. Also timed: token-major programs (``token_major``: whole tokens x all
-heads per program, cos/sin and scales loaded once per token instead of once per head row);
-prediction: the launch is bound by its loads per byte (x, feature scale, cos and sin: four per
-element with head rows, ~1.3 token-major), so token-major goes from ~3.0 to ~4 TB/s at 512x16
-(28 -> ~21 us) and 449x16, less at 4096x1 (already 3.7 TB/s).
+variant writes the same copies. Also timed: fewer programs that loop over the row blocks (``programs``;
+measured no steady gain, runs/profiles/epilogue_loop_*.txt).
 
     git show REV:inductor_gqa/kernels/qk_epilogue.py > /tmp/qk_epilogue_old.py
     PYTHONPATH=$PWD python perf/experiments/epilogue_bench.py [--old /tmp/qk_epilogue_old.py]
@@ -67,14 +64,14 @@ def main():
     if args.old:
         old = flash_ab_bench.load_module(args.old)     # relative imports made absolute
     g = torch.Generator(device="cuda").manual_seed(0)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     variants = [("new (default)", qk_epilogue, {}),
                 ("new rows=32 w4", qk_epilogue, dict(rows=32)),
                 ("new rows=8 w4", qk_epilogue, dict(rows=8)),
                 ("new rows=16 w2", qk_epilogue, dict(num_warps=2))]
-    # token-major programs (whole tokens x all heads; cos/sin and scales loaded once per token)
-    variants += [(f"tok rows={r} w{w}", qk_epilogue, dict(token_major=True, tok_rows=r,
-                                                           num_warps=w))
-                 for r, w in ((16, 4), (32, 4), (64, 4), (64, 8), (128, 8))]
+    # fewer programs that loop over the row blocks (the guarded launch's form)
+    variants += [(f"new rows={r} loop {n}xSMs", qk_epilogue, dict(rows=r, programs=n * sms))
+                 for r in (16, 32) for n in (4, 8, 16)]
     if old is not None:
         variants.insert(0, ("old (default)", old, {}))
     for s, b in CASES:

@@ -172,8 +172,7 @@ def epilogue_jobs():
 
     jobs = []
 
-    def add(dt, d, heads, kv, norm, rope, r, f16=False, scaled=False, store32=True, guard=0,
-            tok_rows=0, warps=4):
+    def add(dt, d, heads, kv, norm, rope, r, f16=False, scaled=False, store32=True, guard=0):
         block_d = 1 << (d - 1).bit_length()
         types = {n: "*" + dt for n in ("q_ptr", "k_ptr", "qw_ptr", "kw_ptr", "cos_ptr",
                                        "sin_ptr", "v_ptr")}
@@ -193,15 +192,10 @@ def epilogue_jobs():
                       NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope], R=r, cs_d=1, F16=f16,
                       SCALED=scaled, STORE32=store32, STORE_V32=store32 and scaled, GUARD=guard,
                       LOOP=guard == 2, STRIDED=scaled, WO=f16 and dt == "fp32")
-        if tok_rows:    # token-major programs (qk_norm_rope_'s token_major)
-            bhq, bhk = 1 << (heads - 1).bit_length(), 1 << (kv - 1).bit_length()
-            consts.update(TOKMAJ=True, TOK_Q=max(1, tok_rows // bhq),
-                          TOK_K=max(1, tok_rows // bhk), BLOCK_HQ=bhq, BLOCK_HK=bhk)
         jobs.append(_job(f"qk_norm_rope {dt} d{d} {heads}/{kv} {norm} {rope} r{r} f16={f16}"
-                         + (f" scaled strided store32={store32} guard={guard}" if scaled else "")
-                         + (f" token-major {tok_rows} w{warps}" if tok_rows else ""),
+                         + (f" scaled strided store32={store32} guard={guard}" if scaled else ""),
                          "inductor_gqa.kernels.qk_epilogue", "qk_norm_rope_kernel", types,
-                         consts, warps))
+                         consts, 4))
 
     def add_table(dt, r, interleaved):
         block_h = 1 << (r // 2 - 1).bit_length()
@@ -217,12 +211,6 @@ def epilogue_jobs():
     # the opt-in fp16-projections plan: copies only, then the guarded float32 finish
     add("fp32", 64, 16, 4, "none", "half", 64, True, scaled=True, store32=False)
     add("fp32", 64, 16, 4, "none", "half", 64, False, scaled=True, store32=True, guard=2)
-    for tok_rows, warps in ((16, 4), (32, 4), (64, 4), (64, 8), (128, 8)):     # token-major
-        add("fp32", 64, 16, 4, "none", "half", 64, True, scaled=True, store32=False,
-            tok_rows=tok_rows, warps=warps)
-    add("fp32", 64, 16, 4, "none", "half", 64, False, scaled=True, store32=True, guard=2,
-        tok_rows=32)
-    add("bf16", 128, 96, 8, "fp32_weight", "half", 128, tok_rows=32)
     add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, True, scaled=True, store32=False)
     add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, False, scaled=True, guard=2)
     for k in (1024, 4096, 16384):
