@@ -694,3 +694,47 @@ def test_aligned_ragged_stores_only_where_they_apply():
     assert not flash.align4_ok(37, 2, True, 1, 32)         # causal: the plain path
     assert not flash.align4_ok(37, 2, False, 4, 32)        # packed heads: rows of 4 heads
     assert not flash.align4_ok(126, 3, False, 1, 128)      # one tile must cover S + 3
+
+
+@pytest.mark.parametrize("s,causal,gp,scratch16,mask", [
+    (8, False, 1, False, 0), (13, False, 4, False, 0), (13, True, 1, True, 0),
+    (40, True, 4, True, 0), (40, False, 1, False, 1), (21, False, 2, True, 3)])
+def test_staged_probabilities_match_two_passes(s, causal, gp, scratch16, mask):
+    """flash.py's MODE 5 (one launch, each exponential computed once and staged through the
+    program's scratch) against the stats + probabilities passes (MODE 1 + MODE 2): ragged S and
+    several key tiles per row, causal, packed query heads, both scratch types, a bool and an
+    additive mask; a row the mask wholly hides gives NaN in both, as eager."""
+    from inductor_gqa.kernels import flash
+    b, h, hk, d = 2, 4, 2 if gp < 4 else 1, 16
+    g = torch.Generator().manual_seed(s)
+    q, k, v = (torch.randn(b * s, n * d, generator=g) * 1.5 for n in (h, hk, hk))
+    q16, k16, v16 = q.half(), k.half(), v.half()
+    mk = None
+    if mask == 1:
+        mk = torch.rand(b, h, s, s, generator=g) > 0.3
+        mk[0, 1, 2] = False                     # one row wholly masked
+    elif mask == 3:
+        mk = torch.randn(b, 1, s, s, generator=g).expand(b, h, s, s)
+    outs = []
+    for mode in ("pair", 5):
+        o = torch.full((b, s, h * d), float("nan"))
+        probs = torch.full((b, h, s, s), float("nan"))
+        ml = torch.full((b * h * s * 2,), float("nan"))
+        args = ((q16, (s * h * d, d, h * d)), (k16, (s * hk * d, d, hk * d)),
+                (v16, (s * hk * d, d, hk * d, 1)), o)
+        common = (mk, ml, b, s, h, h // hk, d, 0.7, 0.0, causal, mask, None, "tf32", True, 16, 8,
+                  4, 1)
+        for m in ((1, 2) if mode == "pair" else (5,)):
+            c = list(common)
+            c[11] = m
+            flash.launch(*args, probs if m != 1 else None, *c, gp=gp, scratch16=scratch16)
+        outs.append((probs, o))
+    (p2, o2), (p5, o5) = outs
+    assert torch.equal(p2.isnan(), p5.isnan())
+    assert (not p2.isnan().any()) or mask == 1
+    tol = 2e-3 if scratch16 else 1e-5
+    torch.testing.assert_close(p5, p2, rtol=tol, atol=1e-6, equal_nan=True)
+    # o takes P rounded to fp16 for its product in both: a probability a scratch rounding moved
+    # across an fp16 rounding boundary moves o by about 2^-11 of a V value
+    torch.testing.assert_close(o5, o2, rtol=tol * 5, atol=1e-3 if scratch16 else 1e-4,
+                               equal_nan=True)
