@@ -11,8 +11,6 @@
   the host's guarantee): exact row max and sum, then the same store and P @ V.
   MODE 4: MODE 1 then MODE 2 in the same program, row tile by row tile: the pair in one launch,
   for the guarded fallback (two passes in one launch are slower where speed counts: note 9).
-  MODE 5: the probabilities in one launch with each exponential computed once, staged through
-  a per-program scratch that stays in L2 (``_staged_tile``).
 * Masks, in the eager order: scale, causal (-inf), bool_fill (mask_fill), bool_keep (-inf),
   additive. Causal tiles wholly above the diagonal are skipped (and, for probabilities, written as
   zeros without computing) except with bool_fill, whose finite fill overrides the causal -inf.
@@ -51,7 +49,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 import triton
 import triton.language as tl
 
@@ -167,7 +164,7 @@ def _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR: tl.constexpr):
 
 @triton.jit
 def gqa_attention_kernel(
-        Q, K, V, O, P, MASK, ML, SCR, FLAG,
+        Q, K, V, O, P, MASK, ML, FLAG,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
         sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
         H, G, S, qscale, mask_fill,
@@ -189,14 +186,14 @@ def gqa_attention_kernel(
         # that only read the flag took microseconds at W075's larger sizes)
         n_tiles = tl.cdiv(S, BLOCK_M // GP) * N_BH
         for tile in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-            _tile_modes(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, SCR, FLAG,
+            _tile_modes(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, FLAG,
                         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                         qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                         MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
                         ALIGN4)
     else:
-        _tile_modes(tl.program_id(0), tl.program_id(1), Q, K, V, O, P, MASK, ML, SCR, FLAG,
+        _tile_modes(tl.program_id(0), tl.program_id(1), Q, K, V, O, P, MASK, ML, FLAG,
                     sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                     so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                     qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
@@ -206,7 +203,7 @@ def gqa_attention_kernel(
 
 @triton.jit
 def _tile_modes(
-        start_m, bh, Q, K, V, O, P, MASK, ML, SCR, FLAG,
+        start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
         sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
         H, G, S, qscale, mask_fill,
@@ -219,26 +216,20 @@ def _tile_modes(
     # rows' statistics), for the guarded fallback: one launch instead of two; the barrier makes
     # the statistics one thread stored visible to the thread that reads them
     if MODE == 4:
-        _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, SCR, FLAG,
+        _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
                         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                         qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                         1, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N, ALIGN4)
         tl.debug_barrier()
-        _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, SCR, FLAG,
+        _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
                         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                         qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                         2, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N, ALIGN4)
         tl.debug_barrier()      # a looping program's next tile must not race these reads
-    elif MODE == 5:
-        _staged_tile(start_m, bh, Q, K, V, O, P, MASK, ML, SCR, FLAG,
-                     sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
-                     so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
-                     qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
-                     PREC, UPCAST, V_KMAJOR, GUARD, GP, FOLD, EVEN_N)
     else:
-        _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, SCR, FLAG,
+        _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
                         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                         qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
@@ -248,7 +239,7 @@ def _tile_modes(
 
 @triton.jit
 def _attention_tile(
-        start_m, bh, Q, K, V, O, P, MASK, ML, SCR, FLAG,
+        start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
         sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
         H, G, S, qscale, mask_fill,
@@ -425,143 +416,6 @@ def _attention_tile(
                 tl.atomic_max(FLAG + tl.zeros_like(offs_m), 1, mask=bad)
 
 
-@triton.jit
-def _staged_tile(
-        start_m, bh, Q, K, V, O, P, MASK, ML, SCR, FLAG,
-        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
-        sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
-        H, G, S, qscale, mask_fill,
-        D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, PREC: tl.constexpr,
-        UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, GUARD: tl.constexpr, GP: tl.constexpr,
-        FOLD: tl.constexpr, EVEN_N: tl.constexpr):
-    """MODE 5: the probabilities in one launch, each score's exponential computed once. Loop 1
-    is the stats pass (running max and sum) that also stores each tile's exponentials, taken
-    against the running max of that tile and scaled by 2^14, into this program's scratch rows
-    (SCR: float32, or float16 whose range the 2^14 keeps above the normal minimum for every
-    exponential down to 2^-28; the program's persistent slot reuses them, so they stay in L2)
-    and the running max per tile (ML). Loop 2 rescales them to probabilities (one multiply per
-    score, the tile's factor exp2(m_tile - m) / l per row), stores them and accumulates P @ V.
-    Against MODE 1 + MODE 2: one q @ k^T and one exponential per score instead of two, one
-    launch instead of two; the scratch round trip goes through L2."""
-    MR: tl.constexpr = BLOCK_M // GP
-    if GP == 1:
-        b = bh // H
-        h = bh - b * H
-        kvh = h // G
-        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        hh = h
-        hcol = h
-    else:
-        b = bh // (H // GP)
-        h = (bh - b * (H // GP)) * GP
-        kvh = h // G
-        rows = tl.arange(0, BLOCK_M)
-        offs_m = start_m * MR + rows % MR
-        hh = h + rows // MR
-        hcol = hh[:, None]
-    m0 = start_m * MR
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_nb = tl.arange(0, BLOCK_N)
-    m_ok = offs_m < S
-    d_ok = offs_d < D
-    b64 = b.to(tl.int64)
-    q = tl.load(Q + b64 * sq_b + hcol * sq_h + offs_m[:, None].to(tl.int64) * sq_s
-                + offs_d[None, :], mask=m_ok[:, None] & d_ok[None, :], other=0.0)
-    if UPCAST:
-        q = q.to(tl.float32)
-    PRESCALED: tl.constexpr = Q.dtype.element_ty == tl.float32
-    EXP_SCALE: tl.constexpr = FOLD and not PRESCALED
-    if PRESCALED:
-        q = q * qscale
-    k_base = K + b64 * sk_b + kvh * sk_h + offs_d[None, :]
-    if V_KMAJOR:
-        v_base = V + b64 * sv_b + kvh.to(tl.int64) * sv_h + offs_d[:, None].to(tl.int64) * sv_d
-    else:
-        v_base = V + b64 * sv_b + kvh.to(tl.int64) * sv_h + offs_d[None, :].to(tl.int64) * sv_d
-    mrow_off = b64 * sm_b + hh.to(tl.int64) * sm_h + offs_m.to(tl.int64) * sm_q
-    if CAUSAL and MASK_KIND != 2:
-        hi = tl.minimum(S, (start_m + 1) * MR)
-    else:
-        hi = S
-    # this program's scratch: BLOCK_M rows of the padded key length, and one max per row per tile
-    n_tiles = tl.cdiv(S, BLOCK_N)
-    slot = tl.program_id(0).to(tl.int64)
-    scr_rows = SCR + slot * (BLOCK_M * n_tiles * BLOCK_N) + tl.arange(0, BLOCK_M)[:, None] * (
-        n_tiles * BLOCK_N)
-    mt_base = ML + slot * (BLOCK_M * n_tiles) + tl.arange(0, BLOCK_M)
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + offs_nb
-        s = _qk(q, k_base, sk_s, offs_n, S, d_ok, PREC, UPCAST)
-        t = _scores(s, offs_m, offs_n, m0, start_n, S, qscale, MASK, mrow_off, sm_k, mask_fill,
-                    CAUSAL, MASK_KIND, PRESCALED, EXP_SCALE, EVEN_N)
-        m_new = tl.maximum(m_i, _row_max(t, qscale, EXP_SCALE))
-        m_u = tl.where(m_new == float("-inf"), 0.0, m_new)
-        e = tl.exp2(_shifted(t, m_u - 14.0, qscale, EXP_SCALE))      # in (0, 2^14]
-        l_i = l_i * tl.exp2(m_i - m_u) + tl.sum(e, 1)
-        m_i = m_new
-        tl.store(scr_rows + offs_n[None, :], e.to(SCR.dtype.element_ty))
-        tl.store(mt_base + (start_n // BLOCK_N) * BLOCK_M, m_u)
-    tl.debug_barrier()      # loop 2's threads read what loop 1's threads stored
-    m_fin = tl.where(m_i == float("-inf"), 0.0, m_i)
-    inv_l = 1.0 / l_i       # l == 0 (a wholly masked row): inf, and 0 * inf = NaN as eager
-    p_row = P + b64 * sp_b + hcol.to(tl.int64) * sp_h + offs_m[:, None].to(tl.int64) * sp_s
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + offs_nb
-        if EVEN_N:
-            n_ok = tl.full([BLOCK_N], 1, tl.int1)
-        else:
-            n_ok = offs_n < S
-        f = tl.exp2(tl.load(mt_base + (start_n // BLOCK_N) * BLOCK_M) - m_fin) * inv_l
-        p = tl.load(scr_rows + offs_n[None, :]).to(tl.float32) * f[:, None]
-        p_out = p.to(P.dtype.element_ty)
-        tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :],
-                 eviction_policy="evict_first")
-        v = _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR)
-        if UPCAST:
-            acc += tl.dot(p_out.to(tl.float32), v.to(tl.float32), input_precision=PREC)
-        else:
-            acc += tl.dot(p_out.to(V.dtype.element_ty), v, input_precision=PREC)
-    tl.debug_barrier()      # the slot's next tile must not overwrite rows still being read
-    zeros = tl.zeros([BLOCK_M, BLOCK_N], P.dtype.element_ty)
-    for start_n in range(hi, S, BLOCK_N):       # causal tiles above the diagonal
-        offs_n = start_n + offs_nb
-        tl.store(p_row + offs_n[None, :], zeros, mask=m_ok[:, None] & (offs_n < S)[None, :],
-                 eviction_policy="evict_first")
-    tl.store(O + b64 * so_b + hcol * so_h + offs_m[:, None].to(tl.int64) * so_s
-             + offs_d[None, :], acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
-    if GUARD == 1:
-        if O.dtype.element_ty == tl.float16:
-            # flash.py's range rule for an fp16 output (see _attention_tile)
-            a = tl.where(m_ok[:, None] & d_ok[None, :], tl.abs(acc), 0.0)
-            rmax = tl.max(a, 1)
-            bad = ((rmax > 0.0) & (rmax < FP16_MIN_NORMAL)) | (rmax >= 65504.0)
-            tl.atomic_max(FLAG + tl.zeros_like(offs_m), 1, mask=bad)
-
-
-_SMS = {}
-
-
-def staged_programs(device, per_sm=1) -> int:
-    """MODE 5's looping programs: ``per_sm`` per SM (a few under the interpreter)."""
-    if device.type != "cuda":
-        return 4
-    n = _SMS.get(device.index)
-    if n is None:
-        n = _SMS[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
-    return n * per_sm
-
-
-def staged_scratch_bytes(device, seq, block_m, block_n, scratch16, per_sm=1) -> int:
-    """Bytes of MODE 5's scratch rows over all its programs (each program's BLOCK_M rows of the
-    padded key length)."""
-    return (staged_programs(device, per_sm) * block_m * cdiv(seq, block_n) * block_n
-            * (2 if scratch16 else 4))
-
-
 def align4_ok(seq, mode, causal, gp, block_n):
     """Where ALIGN4 applies: probabilities stored (MODE 2 or 3) with rows not 16-byte aligned
     (S % 4 != 0), no causal mask, one query head per program; MODE 3's single key tile must
@@ -572,14 +426,11 @@ def align4_ok(seq, mode, causal, gp, block_n):
 
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
            mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
-           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1, align4=False,
-           scratch16=False, per_sm=1):
+           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1, align4=False):
     """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
     v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D];
     ``flag``/``guard``: see GUARD; ``gp``: query heads per program (GP), dividing the group and
-    the row tile. MODE 5 (``ml`` unused) allocates its scratch here, float16 with
-    ``scratch16``, and always runs as ``per_sm`` looping programs per SM, one scratch slot each
-    (the slots' rows should fit in L2: ``staged_scratch_bytes``)."""
+    the row tile."""
     if gp < 1 or groups % gp or block_m % gp:
         raise ValueError(f"flash.launch: {gp} query heads per program must divide the group "
                          f"({groups}) and the row tile ({block_m})")
@@ -601,23 +452,10 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         grid = (cdiv(seq, block_m // gp), batch * num_heads // gp)
     persist = guard == 2 and not align4
     n_bh = grid[1]
-    scr_t = ml_t
-    if mode == 5:
-        if align4 or pipeline or probs is None:
-            raise ValueError("flash.launch: MODE 5 stores probabilities, without ALIGN4 or "
-                             "PIPELINE")
-        # one program per resident slot, each with its own scratch rows (in L2 while reused)
-        programs = min(grid[0] * grid[1], staged_programs(out.device, per_sm))
-        grid = (programs, 1)
-        persist = True
-        n_t = cdiv(seq, block_n)
-        scr_t = torch.empty((programs * block_m * n_t * block_n,), device=out.device,
-                            dtype=torch.float16 if scratch16 else torch.float32)
-        ml_t = torch.empty((programs * block_m * n_t,), device=out.device, dtype=torch.float32)
-    elif persist:
+    if persist:
         grid = (min(grid[0] * grid[1], tuning.GUARDED_PROGRAMS), 1)
     gqa_attention_kernel[grid](
-        Qt, Kt, Vt, out, p_t, mask_t, ml_t, scr_t, flag if guard else out,
+        Qt, Kt, Vt, out, p_t, mask_t, ml_t, flag if guard else out,
         *sq, *sk, *sv, out.stride(0), out.stride(1), head_dim,
         *sp, *sm,
         num_heads, groups, seq, float(scale) * LOG2E, log2_units(float(mask_fill)),

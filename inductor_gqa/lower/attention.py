@@ -50,13 +50,6 @@ _PACKED_F16_PROBS = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 32, 
                      (64, 64, 4, 3, "pipeline")]
 
 
-# flash.py's MODE 5 (the probabilities in one launch, each exponential computed once and staged
-# through per-program scratch rows), fp16 copies: the configs timed by
-# perf/experiments/staged_bench.py
-_STAGED_F16 = [(128, 64, 8, 3, "gp4"), (128, 64, 8, 4, "gp4"), (64, 64, 4, 3, "gp4"),
-               (64, 128, 4, 2, "gp4"), (128, 128, 8, 2, "gp4"), (64, 64, 4, 3)]
-
-
 def _packed(cfgs, f16, groups, gp=4):
     """cfgs with gp query heads per program, where the group allows it (fp16 copies only: what
     was measured)."""

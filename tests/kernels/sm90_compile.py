@@ -49,7 +49,7 @@ def attention_jobs():
     jobs = []
 
     def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0, out=None,
-            guard=0, probs=None, even=False, scr="fp32"):
+            guard=0, probs=None, even=False):
         bm, bn, nw, ns = cfg[:4]
         gp = heads_per_program(cfg)
         pipeline = "pipeline" in cfg
@@ -58,20 +58,20 @@ def attention_jobs():
         p = TY[str(probs).split(".")[-1]] if probs is not None else o
         mask_t = {0: p, 1: "u8", 2: "u8", 3: p}[mask]
         types = dict(Q="*" + t, K="*" + t, V="*" + t, O="*" + o, P="*" + p, MASK="*" + mask_t,
-                     ML="*fp32", SCR="*" + scr, FLAG="*i32", qscale="fp32", mask_fill="fp32")
+                     ML="*fp32", FLAG="*i32", qscale="fp32", mask_fill="fp32")
         consts = dict(D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_M=bm, BLOCK_N=bn,
                       CAUSAL=causal, MASK_KIND=mask, MODE=mode, PREC=prec, UPCAST=False,
                       PIPELINE=pipeline, GUARD=guard, FOLD=mask == 0, EVEN_N=even,
                       V_KMAJOR=kmajor, **({"GP": gp} if gp > 1 else {}),
                       **({"ALIGN4": True} if "a4" in cfg else {}),
-                      **({"PERSIST": True} if guard == 2 or mode == 5 else {}),
+                      **({"PERSIST": True} if guard == 2 else {}),
                       **({"sv_s": 1} if kmajor else {"sv_d": 1}))
         jobs.append(_job(f"attention {tag} mode{mode} {cfg[:4]} {prec} causal={causal} "
                          f"mask={mask}" + (" pipeline" if pipeline else "")
                          + (f" guard={guard}" if guard else "")
                          + (f" gp{gp}" if gp > 1 else "")
                          + (" a4" if "a4" in cfg else "")
-                         + (" even" if even else "") + (f" scratch {scr}" if mode == 5 else ""),
+                         + (" even" if even else ""),
                          "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
                          nw, ns))
 
@@ -102,16 +102,6 @@ def attention_jobs():
         for d in (64, 256):
             for cfg in _FALLBACK_CONFIGS:
                 add(f"fp32 fallback d{d}", torch.float32, d, mode, cfg, kmajor=False, guard=2)
-    # MODE 5 (probabilities in one launch, exponentials staged in per-program scratch): W075's
-    # fp16 copies, both scratch types, S a multiple of the key tile or not, causal or not
-    from inductor_gqa.lower.attention import _STAGED_F16
-    for cfg in _STAGED_F16:
-        for scr in ("fp32", "fp16"):
-            for even in (False, True):
-                add("fp16->fp16/fp32 d64", torch.float16, 64, 5, cfg, kmajor=False,
-                    out=torch.float16, probs=torch.float32, guard=1, even=even, scr=scr)
-        add("fp16->fp16/fp32 d64", torch.float16, 64, 5, cfg, kmajor=False, out=torch.float16,
-            probs=torch.float32, guard=1, causal=True, scr="fp16")
     # GP (query heads of one KV head packed into the row tile): W075's fp16 copies (4 heads per
     # KV head) and W092's bf16 one-pass kernel (12, packed by 4)
     for mode in (0, 1, 2):
