@@ -213,28 +213,20 @@ def _tile_modes(
         GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr,
         ALIGN4: tl.constexpr):
     # MODE 4: MODE 1 then MODE 2 on the same row tile (a tile's probabilities need only its own
-    # rows' statistics), for the guarded fallback: one launch instead of two; the barrier makes
-    # the statistics one thread stored visible to the thread that reads them
-    if MODE == 4:
+    # rows' statistics), for the guarded fallback: one launch instead of two; the barriers make
+    # the statistics one thread stored visible to the thread that reads them, and keep a looping
+    # program's next tile from racing these reads
+    FIRST: tl.constexpr = 1 if MODE == 4 else MODE
+    LAST: tl.constexpr = 2 if MODE == 4 else MODE
+    for pass_mode in tl.static_range(FIRST, LAST + 1):
         _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
                         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                         qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
-                        1, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N, ALIGN4)
-        tl.debug_barrier()
-        _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
-                        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
-                        so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
-                        qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
-                        2, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N, ALIGN4)
-        tl.debug_barrier()      # a looping program's next tile must not race these reads
-    else:
-        _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
-                        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
-                        so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
-                        qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
-                        MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
+                        pass_mode, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
                         ALIGN4)
+        if MODE == 4:
+            tl.debug_barrier()
 
 
 @triton.jit
