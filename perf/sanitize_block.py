@@ -11,7 +11,8 @@ the workload's tolerance rule so a bad launch cannot pass silently.
 ``--overflow`` (W075 under "high"): the block gets Wq * 2^-18 and Wk * 2^18, so every k exceeds
 fp16's range while q @ k^T is exactly the workload's (power-of-two scales, and RoPE is linear):
 the fp16-copies plan must raise its flag and run the float32 fallback kernels, and the result is
-checked against the unscaled reference.
+checked against the unscaled reference. ``--graph``: the outputs checked are those of a CUDA-graph
+replay of the block (where the guarded fallbacks run on a side stream beside the fp16 o_proj).
 """
 
 from __future__ import annotations
@@ -39,7 +40,11 @@ def main(argv=None) -> int:
                         "query heads), else candidate --config")
     p.add_argument("--overflow", action="store_true",
                    help="W075: scale Wq/Wk by 2^-18/2^18 so k overflows fp16 (fallback path)")
+    p.add_argument("--graph", action="store_true",
+                   help="check the outputs of a CUDA-graph replay of the block (outputs "
+                        "NaN-poisoned before the replay) instead of a plain call")
     a = p.parse_args(argv)
+
     def pick(key, cands, run):
         liked = [c for c in cands if a.prefer and a.prefer in str(c)]
         return liked[0] if liked else cands[min(a.config, len(cands) - 1)]
@@ -61,6 +66,8 @@ def main(argv=None) -> int:
                 t.update(wq=t["wq"] * 2.0 ** -18, wk=t["wk"] * 2.0 ** 18)
             got = block.run_block(t, blk)
             torch.cuda.synchronize()
+            if a.graph:
+                got = _replayed(lambda: block.run_block(t, blk))
             outs = got[:len(ref)]
             at = wl.atol(workload, s, b)
             for o, r in zip(outs, ref):
@@ -68,6 +75,24 @@ def main(argv=None) -> int:
                 bad += not ok
                 print(f"{spec} causal={causal}: ok={ok} pass_frac={frac:.5f}", flush=True)
     return 1 if bad else 0
+
+
+def _replayed(call):
+    """The outputs of one replay of a CUDA graph of ``call`` (captured on a side stream, as the
+    perf job does), NaN-poisoned before the replay so an output it does not write fails."""
+    g = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        with torch.cuda.graph(g, stream=side):
+            got = call()
+    torch.cuda.current_stream().wait_stream(side)
+    for o in got:
+        if o.is_floating_point():
+            o.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    return got
 
 
 if __name__ == "__main__":

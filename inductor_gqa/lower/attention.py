@@ -123,13 +123,15 @@ def _sdpa_ok(spec: BlockSpec, dt):
 
 
 def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor=False,
-              f16=None, out16=None, before_fallback=None):
+              f16=None, out16=None, before_fallback=None, deferred=None):
     """q [B*S, H*D], k [B*S, Hkv*D] contiguous; v the same, or V^T [Hkv*D, B*S] contiguous when
     ``v_kmajor`` -> (o [B,S,H*D], probs or None). ``f16``: (q16, k16, v16, flag), fp16 copies of
     float32 q, k, v (row-major) to compute with; q, k, v are then the fallback for when ``flag``
     says a value left fp16's range. ``out16`` (with ``f16``): an fp16 [B,S,H*D] buffer the fp16
     launches write the output to instead (o is then written only by the fallback).
-    ``before_fallback``: called between the fp16 launches and the fallback's."""
+    ``before_fallback``: called between the fp16 launches and the fallback's. ``deferred``: a
+    list that takes ``before_fallback`` and the guarded fallback launches as one callable, for
+    the caller to run later (before anything reads the float32 o), instead of running them."""
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     dt = q.dtype
 
@@ -187,9 +189,7 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
             cands.append("sdpa")
         cfg = tuning.pick(base_key + (0,), cands, lambda c: run(0, c))
         out = run(0, cfg)       # the SDPA candidate returns its own tensor
-        if before_fallback is not None:
-            before_fallback()
-        run_fallback(0)
+        _fallbacks(before_fallback, lambda: run_fallback(0), deferred)
         return out, None
     probs = torch.empty((b, h, s, s), device=q.device, dtype=dt)
     ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
@@ -212,10 +212,20 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         two_pass() if c == "two-pass" else run(3, c, probs)
     else:
         two_pass()
-    if before_fallback is not None:
-        before_fallback()
-    run_fallback(4, probs, ml)      # the stats and probabilities passes in one launch
+    # the stats and probabilities passes in one launch
+    _fallbacks(before_fallback, lambda: run_fallback(4, probs, ml), deferred)
     return o, probs
+
+
+def _fallbacks(before, launch, deferred):
+    def run():
+        if before is not None:
+            before()
+        launch()
+    if deferred is None:
+        run()
+    else:
+        deferred.append(run)
 
 
 def _sdpa(q, k, v, spec, b, s, scale):

@@ -187,6 +187,7 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
                       v=v, copies=copies[:3] if f16 else None,
                       flag=copies[3] if f16 else None, wo=o16[1:] if o16 else None)
     # 3. attention -> o [B, S, H*D]
+    pending = []        # the guarded fallbacks, run by o_proj before it reads the float32 o
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, v_kmajor, f16=copies,
-                         out16=o16[0] if o16 else None)
-    return o_proj(t, spec, o, probs, prec, o16, copies)
+                         out16=o16[0] if o16 else None, deferred=pending)
+    return o_proj(t, spec, o, probs, prec, o16, copies, pending)

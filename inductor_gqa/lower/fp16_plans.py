@@ -69,11 +69,15 @@ def f16_operands_allowed(dt, prec) -> bool:
             and os.environ.get("INDUCTOR_GQA_FP16_OPERANDS", "1") != "0")
 
 
-def o_proj(t, spec, o, probs, prec, o16=None, copies=None):
-    # 4. o_proj: on the fp16 copies (o16, Wo16) with a guarded float32 fallback, or float32
+def o_proj(t, spec, o, probs, prec, o16=None, copies=None, pending=()):
+    """4. o_proj: on the fp16 copies (o16, Wo16) with a guarded float32 fallback, or float32.
+    ``pending``: the attention's deferred guarded fallback launches (``attention(deferred=)``),
+    run before anything reads the float32 o."""
     if o16 is not None:
-        out = _o_proj16(o, *o16, copies[3])
+        out = _o_proj16(o, *o16, copies[3], pending)
     else:
+        for run in pending:
+            run()
         out = linear(o, t["wo"], t["bo"], prec) if t["wo"] is not None else o
     return out.contiguous(), (probs if spec.return_probs else o.new_empty((0,)))
 
@@ -101,9 +105,31 @@ def fp16_o_proj(t, spec, x):
                         dtype=torch.float16), wo, torch.empty_like(wo, dtype=torch.float16))
 
 
-def _o_proj16(o, o16, wo, wo16, flag):
+_SIDE_STREAMS: dict = {}
+
+
+def _o_proj16(o, o16, wo, wo16, flag, pending=()):
+    """The fp16 o_proj, then its guarded float32 twin. The attention's guarded fallbacks
+    (``pending``) read only the flag unless it is raised, and nothing of the fp16 GEMM's: while a
+    CUDA graph is captured they go on a side stream beside that GEMM, so their early-exit
+    launches overlap it instead of adding a node each to the chain (plain launches keep one
+    stream: their host time, not the GPU, is the limit there)."""
     b, s, hd = o.shape
-    out = _mm16(o16.view(b * s, hd), wo16.t())
+    if pending and o.is_cuda and tuning._capturing():
+        main = torch.cuda.current_stream(o.device)
+        side = _SIDE_STREAMS.get(o.device)
+        if side is None:
+            side = _SIDE_STREAMS[o.device] = torch.cuda.Stream(device=o.device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            for run in pending:
+                run()
+        out = _mm16(o16.view(b * s, hd), wo16.t())
+        main.wait_stream(side)      # the float32 twin reads the fallback's o
+    else:
+        for run in pending:
+            run()
+        out = _mm16(o16.view(b * s, hd), wo16.t())
     cfg = _INTERPRETER_CONFIG if tuning.interpreting() else _O_PROJ_FALLBACK
     linear_kernels.launch(o.view(b * s, hd), wo, None, out, "tf32x3", *cfg, flag=flag, guard=2)
     return out.view(b, s, -1)
@@ -153,9 +179,11 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
         qk_norm_rope_(*common, eps_k=eps_k_value, scales=scales, store32=True, guard=2, v=v,
                       flag=copies[3])
 
+    pending = []
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,
-                         out16=o16[0] if o16 else None, before_fallback=finish_fp32)
-    return o_proj(t, spec, o, probs, prec, o16, copies)
+                         out16=o16[0] if o16 else None, before_fallback=finish_fp32,
+                         deferred=pending)
+    return o_proj(t, spec, o, probs, prec, o16, copies, pending)
 
 
 def _scaled_fp16_operands(x, ws, flag, table=None):
