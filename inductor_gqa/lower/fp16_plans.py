@@ -115,21 +115,19 @@ def _o_proj16(o, o16, wo, wo16, flag, pending=()):
     launches overlap it instead of adding a node each to the chain (plain launches keep one
     stream: their host time, not the GPU, is the limit there)."""
     b, s, hd = o.shape
+    side = None
     if pending and o.is_cuda and tuning._capturing():
-        main = torch.cuda.current_stream(o.device)
         side = _SIDE_STREAMS.get(o.device)
         if side is None:
             side = _SIDE_STREAMS[o.device] = torch.cuda.Stream(device=o.device)
+        main = torch.cuda.current_stream(o.device)
         side.wait_stream(main)
-        with torch.cuda.stream(side):
-            for run in pending:
-                run()
-        out = _mm16(o16.view(b * s, hd), wo16.t())
-        main.wait_stream(side)      # the float32 twin reads the fallback's o
-    else:
+    with torch.cuda.stream(side):       # no-op for None: the pending launches run in line
         for run in pending:
             run()
-        out = _mm16(o16.view(b * s, hd), wo16.t())
+    out = _mm16(o16.view(b * s, hd), wo16.t())
+    if side is not None:
+        main.wait_stream(side)      # the float32 twin reads the fallback's o
     cfg = _INTERPRETER_CONFIG if tuning.interpreting() else _O_PROJ_FALLBACK
     linear_kernels.launch(o.view(b * s, hd), wo, None, out, "tf32x3", *cfg, flag=flag, guard=2)
     return out.view(b, s, -1)
