@@ -1,0 +1,291 @@
+"""The probabilities path in one launch, for rows that fit in shared memory (Gluon, Hopper).
+
+Why: with the probabilities returned, flash.py runs two passes (MODE 1 for each row's max and sum
+of exponentials, MODE 2 recomputing q @ k^T and the exponentials to store the normalized
+probabilities), because a probability can be stored only once the row's sum is known. When a
+program's whole row tile fits in shared memory (S up to ~560 keys at 64 rows), it can wait for
+the sum instead of recomputing:
+
+* loop 1, per key tile j: s = q @ k_j^T (warpgroup MMA), the online max m_j and sum, and
+  p_j = exp2(s - m_j) staged as fp16 in shared memory with m_j;
+* loop 2, per key tile j: the probabilities p_j * exp2(m_j - lse) go out as 16-byte stores,
+  while the MMA p_j @ V_j runs (its A operand is the staged tile); o += exp2(m_j - lse) * that.
+
+Each score's product and exponential are computed once (the pair computes both twice), and the
+stores of one program overlap the MMAs and exponentials of the program beside it on the SM.
+The staged fp16 value is relative to the running max (in [0, 1]): its rounding (2^-12 relative,
+2^-25 absolute below fp16's normal range) is below the error of the fp16 operand copies this runs
+on (the fp16-copies plan of float32 blocks under "high", where TF32 is allowed, or fp16 blocks).
+
+Scope (``supported``): fp16 q/k/V, no mask tensor (causal allowed), scale > 0, head_dim a power
+of two in [16, 128], rows 16-byte aligned for the copy engine (row strides of q/k/V), the staged
+tiles within an H200 block's shared memory, Hopper, Gluon importable. Ragged S is handled: key
+columns past S are masked, rows past S are computed and not stored. Outputs as flash.py's MODE 3
+with GUARD 0 or 1 (GP 1): probabilities [B, H, S, S] float32, o [B, S, H*D] (strided), an fp16 o
+raising FLAG by flash.py's range rule.
+
+The Triton CPU interpreter does not run Gluon: this kernel is checked on the GPU
+(perf/experiments/probs_staged_bench.py, perf.kernels_check) and compiled for sm_90 on the CPU
+(tests/kernels/test_probs_staged_compile.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .host import cdiv
+from .qk_epilogue import FP16_MIN_NORMAL
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    # a barrier across the block's threads: thread_barrier in Triton 3.6, barrier from 3.7
+    _block_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+    HAVE_GLUON = True
+except ImportError:         # an older Triton: flash.py's passes are the only ones
+    HAVE_GLUON = False
+
+LOG2E = 1.4426950408889634
+SMEM_PER_BLOCK = 232448     # bytes of shared memory one H100/H200 block may use
+
+# (BLOCK_M, BLOCK_N, warps, K/V stages): the tuner's candidates, beside flash.py's pair and MODE 3
+CONFIGS = [(64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 4, 2), (64, 32, 4, 3), (128, 64, 8, 2)]
+
+
+if HAVE_GLUON:
+    @gluon.jit
+    def _issue(t, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh,
+               D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+        """Load number t of the program's sequence: K tiles 0..n_comp-1, then V tiles."""
+        if t < 2 * n_comp:
+            slot = t % STAGES
+            mbarrier.expect(kv_bar.index(slot), BLOCK_N * D * 2)
+            if t < n_comp:
+                tma.async_copy_global_to_shared(k_desc, [kv_row + t * BLOCK_N, kvh * D],
+                                                kv_bar.index(slot), kv_smem.index(slot))
+            else:
+                tma.async_copy_global_to_shared(v_desc, [kv_row + (t - n_comp) * BLOCK_N,
+                                                         kvh * D],
+                                                kv_bar.index(slot), kv_smem.index(slot))
+
+    @gluon.jit
+    def probs_staged_kernel(q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
+                            H, G, S, qscale,
+                            D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                            N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                            GUARD: gl.constexpr, num_warps: gl.constexpr):
+        if GUARD == 1:
+            if gl.load(FLAG) != 0:
+                return
+        start_m = gl.program_id(0)
+        bh = gl.program_id(1)
+        b = bh // H
+        h = bh - b * H
+        kvh = h // G
+        m0 = start_m * BLOCK_M
+        kv_row = b * S              # rows of the [B*S, heads*D] q/k/V views
+
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, D, 16])
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        # the stores: 4 consecutive probabilities per thread (one 16-byte store), whole rows per
+        # warp
+        TPR: gl.constexpr = BLOCK_N // 4 if BLOCK_N // 4 < 32 else 32
+        st_layout: gl.constexpr = gl.BlockedLayout(
+            size_per_thread=[1, 4], threads_per_warp=[32 // TPR, TPR],
+            warps_per_cta=[num_warps, 1], order=[1, 0])
+        row_st: gl.constexpr = gl.SliceLayout(1, st_layout)
+        col_st: gl.constexpr = gl.SliceLayout(0, st_layout)
+        p_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N],
+                                                                      gl.float16)
+        m_shared: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+
+        q_smem = gl.allocate_shared_memory(q_desc.dtype, [BLOCK_M, D], q_desc.layout)
+        kv_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, D], k_desc.layout)
+        p_smem = gl.allocate_shared_memory(gl.float16, [N_TILES, BLOCK_M, BLOCK_N], p_shared)
+        m_smem = gl.allocate_shared_memory(gl.float32, [N_TILES, BLOCK_M], m_shared)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        kv_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(kv_bar.index(i), count=1)
+
+        if CAUSAL:
+            hi = gl.minimum(S, m0 + BLOCK_M)    # key tiles past the diagonal are zeros
+        else:
+            hi = S
+        n_comp = (hi + BLOCK_N - 1) // BLOCK_N
+
+        mbarrier.expect(q_bar, BLOCK_M * D * 2)
+        tma.async_copy_global_to_shared(q_desc, [kv_row + m0, h * D], q_bar, q_smem)
+        for i in gl.static_range(STAGES - 1):
+            _issue(i, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D, BLOCK_N, STAGES)
+
+        rows_s = m0 + gl.arange(0, BLOCK_M, layout=row_s)
+        cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
+        l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
+        mbarrier.wait(q_bar, 0)
+
+        # loop 1: scores, online max and sum; p relative to the running max, staged as fp16
+        for j in range(n_comp):
+            # every warp is past its wait on the MMA that read the slot refilled here
+            _block_barrier()
+            _issue(j + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+                   BLOCK_N, STAGES)
+            slot = j % STAGES
+            mbarrier.wait(kv_bar.index(slot), (j // STAGES) & 1)
+            k_t = kv_smem.index(slot).permute((1, 0))
+            s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
+            n0 = j * BLOCK_N
+            if n0 + BLOCK_N > S:
+                s = gl.where(gl.expand_dims(n0 + cols_s < S, 0), s, float("-inf"))
+            if CAUSAL:
+                if n0 + BLOCK_N - 1 > m0:
+                    s = gl.where(gl.expand_dims(rows_s, 1) >= gl.expand_dims(n0 + cols_s, 0),
+                                 s, float("-inf"))
+            # qscale > 0 commutes with the max (log2 units, one FMA per score below)
+            m_new = gl.maximum(m_i, gl.max(s, 1) * qscale)
+            m_u = gl.where(m_new == float("-inf"), 0.0, m_new)
+            p = gl.exp2(gl.fma(s, qscale, -gl.expand_dims(m_u, 1)))
+            l_i = l_i * gl.exp2(m_i - m_u) + gl.sum(p, 1)
+            m_i = m_new
+            p_smem.index(j).store(p.to(gl.float16))
+            m_smem.index(j).store(m_u)
+
+        # the row's log-sum-exp (base 2); a row with l == 0 (wholly masked) gives NaN, as eager
+        lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
+        lse_st = gl.convert_layout(lse, row_st)
+        lse_o = gl.convert_layout(lse, row_o)
+        # the staged tiles are read by other threads and by the MMA's async proxy
+        fence_async_shared()
+        _block_barrier()
+
+        rows_st = m0 + gl.arange(0, BLOCK_M, layout=row_st)
+        cols_st = gl.arange(0, BLOCK_N, layout=col_st)
+        row_ok = gl.expand_dims(rows_st < S, 1)
+        p_rows = P + bh.to(gl.int64) * sp_bh + gl.expand_dims(rows_st.to(gl.int64) * sp_s, 1)
+        o_zero = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+        acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+        # loop 2: the normalized probabilities out, P @ V from the staged tiles
+        for j in range(n_comp):
+            _block_barrier()
+            t = n_comp + j
+            _issue(t + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+                   BLOCK_N, STAGES)
+            slot = t % STAGES
+            mbarrier.wait(kv_bar.index(slot), (t // STAGES) & 1)
+            p_j = p_smem.index(j)
+            v_s = kv_smem.index(slot)
+            pv_tok = warpgroup_mma(p_j, v_s, o_zero, use_acc=False, is_async=True)
+            f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
+            prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
+            cols = j * BLOCK_N + cols_st
+            gl.store(p_rows + gl.expand_dims(cols, 0), prob,
+                     mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
+            pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
+            f_o = gl.exp2(m_smem.index(j).load(row_o) - lse_o)
+            acc = acc + pv * gl.expand_dims(f_o, 1)
+        if CAUSAL:
+            zeros = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, st_layout)
+            for j in range(n_comp, N_TILES):
+                cols = j * BLOCK_N + cols_st
+                gl.store(p_rows + gl.expand_dims(cols, 0), zeros,
+                         mask=row_ok & gl.expand_dims(cols < S, 0),
+                         eviction_policy="evict_first")
+
+        rows_o = m0 + gl.arange(0, BLOCK_M, layout=row_o)
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+        o_ok = gl.expand_dims(rows_o < S, 1)
+        o_ptrs = (O + b.to(gl.int64) * so_b + gl.expand_dims(rows_o.to(gl.int64) * so_s, 1)
+                  + h * D + gl.expand_dims(offs_d, 0))
+        gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=o_ok)
+        if GUARD == 1:
+            if O.dtype.element_ty == gl.float16:
+                # flash.py's range rule for an fp16 output: a bad row sends the block to the
+                # float32 fallback
+                rmax = gl.max(gl.where(o_ok, gl.abs(acc), 0.0), 1)
+                bad = ((rmax > 0.0) & (rmax < FP16_MIN_NORMAL)) | (rmax >= 65504.0)
+                zero_i = gl.zeros_like(rows_o)
+                gl.atomic_max(FLAG + zero_i, zero_i + 1, mask=bad)
+        mbarrier.invalidate(q_bar)
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(kv_bar.index(i))
+
+
+def available(device: torch.device) -> bool:
+    """Gluon importable and a Hopper-or-newer CUDA device."""
+    if not HAVE_GLUON or device.type != "cuda":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def smem_bytes(seq, head_dim, cfg) -> int:
+    """Shared memory of one program: q tile, K/V ring, staged fp16 tiles and their maxima."""
+    block_m, block_n, _, stages = cfg[:4]
+    n_tiles = cdiv(seq, block_n)
+    return (2 * block_m * head_dim + 2 * stages * block_n * head_dim
+            + n_tiles * block_m * (2 * block_n + 4) + 8 * (stages + 1))
+
+
+def supported(q16, k16, v16, seq, head_dim, mask_kind, scale, cfg) -> bool:
+    """Where this kernel may replace flash.py's probabilities path (see the module docstring)."""
+    views = (q16, k16, v16)
+    return (all(t.dtype == torch.float16 and t.stride(-1) == 1 and t.stride(0) % 8 == 0
+                and t.data_ptr() % 16 == 0 for t in views)
+            and mask_kind == 0 and scale > 0 and head_dim in (16, 32, 64, 128)
+            and smem_bytes(seq, head_dim, cfg) <= SMEM_PER_BLOCK)
+
+
+def candidates(q16, k16, v16, seq, head_dim, mask_kind, scale):
+    """The configs of ``CONFIGS`` this block may run, tagged for the tuner."""
+    if not (HAVE_GLUON and available(q16.device)):
+        return []
+    return [("staged",) + c for c in CONFIGS
+            if supported(q16, k16, v16, seq, head_dim, mask_kind, scale, c)]
+
+
+def _desc(t2d, block):
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.float16)
+    return TensorDescriptor(t2d, list(t2d.shape), list(t2d.stride()), block, layout)
+
+
+def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_dim, scale,
+           causal, cfg, guard=0):
+    """q16 [B*S, >= H*D], k16/v16 [B*S, >= Hkv*D] fp16 row-major views (row stride
+    ``.stride(0)``, unit column stride); out [B, S, H*D]-strided (row stride out.stride(1));
+    probs [B, H, S, S] float32 with unit last stride; ``guard`` 1 exits at once if ``flag`` is
+    set (flash.py's GUARD 1). ``cfg``: (BLOCK_M, BLOCK_N, warps, stages), optionally after the
+    "staged" tag."""
+    if cfg and cfg[0] == "staged":
+        cfg = cfg[1:]
+    block_m, block_n, num_warps, stages = cfg[:4]
+    if not supported(q16, k16, v16, seq, head_dim, 0, scale, cfg):
+        raise ValueError(f"probs_staged.launch: S={seq}, head_dim={head_dim}, {q16.dtype} not "
+                         f"covered by config {cfg}")
+    if probs.dtype != torch.float32 or probs.stride(-1) != 1 or probs.stride(1) != seq * seq:
+        raise ValueError("probs_staged.launch: probabilities must be float32 [B, H, S, S] with "
+                         "contiguous heads")
+    if block_m != 16 * num_warps:
+        raise ValueError(f"probs_staged.launch: BLOCK_M must be 16 rows per warp ({cfg})")
+    rows = batch * seq
+    kd = (num_heads // groups) * head_dim
+    q2 = q16.as_strided((rows, num_heads * head_dim), (q16.stride(0), 1))
+    k2 = k16.as_strided((rows, kd), (k16.stride(0), 1))
+    v2 = v16.as_strided((rows, kd), (v16.stride(0), 1))
+    grid = (cdiv(seq, block_m), batch * num_heads)
+    probs_staged_kernel[grid](
+        _desc(q2, [block_m, head_dim]), _desc(k2, [block_n, head_dim]),
+        _desc(v2, [block_n, head_dim]), out, probs, flag if guard else out,
+        out.stride(0), out.stride(1), probs.stride(1), probs.stride(2),
+        num_heads, groups, seq, float(scale) * LOG2E,
+        D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=cdiv(seq, block_n),
+        STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps)

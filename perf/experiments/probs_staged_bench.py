@@ -1,0 +1,128 @@
+"""Experiment: the one-launch probabilities kernel with each row tile staged in shared memory
+(kernels/probs_staged.py, Gluon) against flash.py's stats/probabilities pair and MODE 3, on the
+W075 "high" attention inputs (fp16 q/k/V copies from a real projection, fp16 output, float32
+probabilities). Outputs are NaN-poisoned before every checked launch and compared with a float64
+reference computed from the same fp16 copies; the pair's own error is reported beside it.
+
+    PYTHONPATH=$PWD python perf/experiments/probs_staged_bench.py [--cases 512x16,449x16] [--out F]
+
+Prediction (written before the first GPU run): the staged kernel computes each score's product
+and exponential once and its stores overlap the other program's compute on the SM, so at S <= 512
+it should take about the probabilities pass's time alone: 512x16 pair ~129 us (34 + 95) ->
+75-85 us, 449x16 ~150 -> ~90, 512x8 ~64 -> ~42; at S <= 256 against MODE 3 about even.
+"""
+import argparse
+import json
+import statistics
+
+import torch
+
+import gqa_pack_bench    # inputs and the flash.py launch helper (this folder is sys.path[0])
+from inductor_gqa.kernels import probs_staged, tuning
+from inductor_gqa.lower import attention as lower_attention
+
+H, HK, D = gqa_pack_bench.H, gqa_pack_bench.HK, gqa_pack_bench.D
+STATS = [(64, 128, 4, 3), (64, 128, 4, 2), (128, 64, 8, 3)]
+PROBS = [(128, 64, 8, 4, "gp4"), (128, 64, 8, 3, "gp4"), (64, 64, 4, 3, "gp4"),
+         (32, 64, 4, 2, "pipeline")]
+
+
+def t_us(fn):
+    return statistics.median(tuning.time_ms(fn, reps=5) for _ in range(3)) * 1e3
+
+
+def reference(c, causal):
+    s, b = c.s, c.b
+    q = c.q.double().view(b, s, H, D).transpose(1, 2)
+    k = c.k.double().view(b, s, HK, D).transpose(1, 2).repeat_interleave(H // HK, 1)
+    v = c.v.double().view(b, s, HK, D).transpose(1, 2).repeat_interleave(H // HK, 1)
+    sc = q @ k.transpose(-1, -2)
+    if causal:
+        sc = sc.masked_fill(torch.ones(s, s, dtype=torch.bool, device=sc.device).triu(1),
+                            float("-inf"))
+    p = torch.softmax(sc, -1)
+    return p, (p @ v).transpose(1, 2).reshape(b, s, H * D)
+
+
+def errors(c, ref):
+    p_ref, o_ref = ref
+    bad = int(torch.isnan(c.probs).sum() + torch.isnan(c.o).sum())
+    ep = (c.probs.double() - p_ref).abs()
+    eo = (c.o.double() - o_ref).abs()
+    return dict(nan=bad, p_max=float(ep.max()), p_rel=float((ep / p_ref.abs().clamp_min(1e-3)).max()),
+                o_max=float(eo.max()), o_rel=float((eo / o_ref.abs().clamp_min(1e-2)).max()))
+
+
+def staged(c, cfg, causal=False):
+    probs_staged.launch(c.q, c.k, c.v, c.o, c.probs, c.flag, c.b, c.s, H, H // HK, D, 1.0,
+                        causal, cfg, guard=1)
+
+
+def bench(name, causal_check):
+    s, b = (int(t) for t in name.split("x"))
+    c = gqa_pack_bench.Case(s, b)
+    rep = dict(case=name)
+    ref = reference(c, False)
+    # the pair: best stats config + best probabilities config
+    st = sorted((t_us(lambda cfg=cfg: c.launch(1, cfg)), cfg) for cfg in STATS)
+    c.launch(1, st[0][1])
+    pr = []
+    for cfg in PROBS + ([(64, 64, 4, 3, "a4")] if s % 4 else []):
+        pr.append((t_us(lambda cfg=cfg: c.launch(2, cfg)), cfg))
+    pr.sort()
+    c.probs.fill_(float("nan"))
+    c.o.fill_(float("nan"))
+    c.launch(1, st[0][1])
+    c.launch(2, pr[0][1])
+    torch.cuda.synchronize()
+    rep["pair"] = dict(us=st[0][0] + pr[0][0], stats=st[0], probs=pr[0], err=errors(c, ref))
+    if s <= 256:
+        m3 = sorted((t_us(lambda cfg=cfg: c.launch(3, cfg)), cfg)
+                    for cfg in lower_attention._single_pass_candidates(s, True, H // HK))
+        rep["mode3"] = dict(us=m3[0][0], cfg=m3[0][1])
+    rows = []
+    for cfg in probs_staged.CONFIGS:
+        if not probs_staged.supported(c.q, c.k, c.v, s, D, 0, 1.0, cfg):
+            continue
+        try:
+            c.probs.fill_(float("nan"))
+            c.o.fill_(float("nan"))
+            c.flag.zero_()
+            staged(c, cfg)
+            torch.cuda.synchronize()
+            err = errors(c, ref)
+            err["flag"] = int(c.flag.item())
+            rows.append(dict(cfg=cfg, us=t_us(lambda cfg=cfg: staged(c, cfg)), err=err))
+        except Exception as e:  # noqa: BLE001
+            rows.append(dict(cfg=cfg, error=f"{type(e).__name__}: {str(e)[:300]}"))
+    rep["staged"] = rows
+    if causal_check:
+        cref = reference(c, True)
+        for cfg in probs_staged.CONFIGS[:2]:
+            c.probs.fill_(float("nan"))
+            c.o.fill_(float("nan"))
+            staged(c, cfg, causal=True)
+            torch.cuda.synchronize()
+            rep.setdefault("causal", []).append(dict(cfg=cfg, err=errors(c, cref)))
+    best = min((r["us"] for r in rows if "us" in r), default=float("inf"))
+    print(name, f"pair {rep['pair']['us']:.1f}", f"mode3 {rep.get('mode3', {}).get('us', 0):.1f}",
+          f"staged best {best:.1f}", flush=True)
+    print("   ", json.dumps(rep, default=str), flush=True)
+    return rep
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="512x16,449x16,512x8,373x8,512x4,256x8,541x1,131x1")
+    ap.add_argument("--causal", default="512x4,373x8")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    causal = set(a.causal.split(",")) if a.causal else set()
+    reps = [bench(n, n in causal) for n in a.cases.split(",")]
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(reps, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()
