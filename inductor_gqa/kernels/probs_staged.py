@@ -31,6 +31,8 @@ The Triton CPU interpreter does not run Gluon: this kernel is checked on the GPU
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .host import cdiv
@@ -51,17 +53,21 @@ except ImportError:         # an older Triton: flash.py's passes are the only on
 LOG2E = 1.4426950408889634
 SMEM_PER_BLOCK = 232448     # bytes of shared memory one H100/H200 block may use
 
-# (BLOCK_M, BLOCK_N, warps, K/V stages): the tuner's candidates, beside flash.py's pair and MODE 3
-CONFIGS = [(64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 4, 2), (64, 32, 4, 3), (128, 64, 8, 2)]
+# (BLOCK_M, BLOCK_N, warps, K/V stages[, "pp"]): the tuner's candidates, beside flash.py's pair
+# and MODE 3; "pp": the ping-pong kernel (two warpgroups of ``warps`` each, persistent)
+CONFIGS = [(64, 64, 4, 2), (64, 128, 4, 2), (64, 64, 4, 2, "pp"), (64, 128, 4, 2, "pp"),
+           (64, 64, 4, 3, "pp"), (64, 32, 4, 3, "pp")]
+PINGPONG_REGS = 168         # registers per thread of the second warpgroup
 
 
 if HAVE_GLUON:
     @gluon.jit
-    def _issue(t, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh,
+    def _issue(u, t, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh,
                D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-        """Load number t of the program's sequence: K tiles 0..n_comp-1, then V tiles."""
+        """Load t of a row tile's sequence (K tiles 0..n_comp-1, then V tiles), the u + t-th
+        load of its warps' ring."""
         if t < 2 * n_comp:
-            slot = t % STAGES
+            slot = (u + t) % STAGES
             mbarrier.expect(kv_bar.index(slot), BLOCK_N * D * 2)
             if t < n_comp:
                 tma.async_copy_global_to_shared(k_desc, [kv_row + t * BLOCK_N, kvh * D],
@@ -72,16 +78,19 @@ if HAVE_GLUON:
                                                 kv_bar.index(slot), kv_smem.index(slot))
 
     @gluon.jit
-    def probs_staged_kernel(q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
-                            H, G, S, qscale,
-                            D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                            N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                            GUARD: gl.constexpr, num_warps: gl.constexpr):
-        if GUARD == 1:
-            if gl.load(FLAG) != 0:
-                return
-        start_m = gl.program_id(0)
-        bh = gl.program_id(1)
+    def _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
+                  H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
+                  tok_wait, tok_phase, tok_pred, tok_arrive,
+                  D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr):
+        """One row tile (BLOCK_M query rows of one head): loop 1 stages p, loop 2 stores the
+        probabilities and accumulates P @ V. ``u``: loads its warps' K/V ring took before;
+        ``nth``: row tiles its warps did before (the q barrier's phase). With WS the loop 1s of
+        the two warpgroups take turns (``tok_*``), so one's stores run under the other's
+        exponentials. Returns the ring's load count after this tile."""
+        start_m = tile % n_m
+        bh = tile // n_m
         b = bh // H
         h = bh - b * H
         kvh = h // G
@@ -89,9 +98,9 @@ if HAVE_GLUON:
         kv_row = b * S              # rows of the [B*S, heads*D] q/k/V views
 
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_N, 16])
+            version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK_N, 16])
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, D, 16])
+            version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, D, 16])
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
         # the stores: 4 consecutive probabilities per thread (one 16-byte store), whole rows per
@@ -99,22 +108,9 @@ if HAVE_GLUON:
         TPR: gl.constexpr = BLOCK_N // 4 if BLOCK_N // 4 < 32 else 32
         st_layout: gl.constexpr = gl.BlockedLayout(
             size_per_thread=[1, 4], threads_per_warp=[32 // TPR, TPR],
-            warps_per_cta=[num_warps, 1], order=[1, 0])
+            warps_per_cta=[NW, 1], order=[1, 0])
         row_st: gl.constexpr = gl.SliceLayout(1, st_layout)
         col_st: gl.constexpr = gl.SliceLayout(0, st_layout)
-        p_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N],
-                                                                      gl.float16)
-        m_shared: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
-
-        q_smem = gl.allocate_shared_memory(q_desc.dtype, [BLOCK_M, D], q_desc.layout)
-        kv_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, D], k_desc.layout)
-        p_smem = gl.allocate_shared_memory(gl.float16, [N_TILES, BLOCK_M, BLOCK_N], p_shared)
-        m_smem = gl.allocate_shared_memory(gl.float32, [N_TILES, BLOCK_M], m_shared)
-        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        kv_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(q_bar, count=1)
-        for i in gl.static_range(STAGES):
-            mbarrier.init(kv_bar.index(i), count=1)
 
         if CAUSAL:
             hi = gl.minimum(S, m0 + BLOCK_M)    # key tiles past the diagonal are zeros
@@ -122,26 +118,31 @@ if HAVE_GLUON:
             hi = S
         n_comp = (hi + BLOCK_N - 1) // BLOCK_N
 
+        # every warp is done with the previous tile's q, ring slots and staged tiles
+        _block_barrier()
         mbarrier.expect(q_bar, BLOCK_M * D * 2)
         tma.async_copy_global_to_shared(q_desc, [kv_row + m0, h * D], q_bar, q_smem)
         for i in gl.static_range(STAGES - 1):
-            _issue(i, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D, BLOCK_N, STAGES)
+            _issue(u, i, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D, BLOCK_N,
+                   STAGES)
 
         rows_s = m0 + gl.arange(0, BLOCK_M, layout=row_s)
         cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
         l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
-        mbarrier.wait(q_bar, 0)
+        if WS:
+            mbarrier.wait(tok_wait, tok_phase, pred=tok_pred)
+        mbarrier.wait(q_bar, nth & 1)
 
         # loop 1: scores, online max and sum; p relative to the running max, staged as fp16
         for j in range(n_comp):
             # every warp is past its wait on the MMA that read the slot refilled here
             _block_barrier()
-            _issue(j + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+            _issue(u, j + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
                    BLOCK_N, STAGES)
-            slot = j % STAGES
-            mbarrier.wait(kv_bar.index(slot), (j // STAGES) & 1)
+            slot = (u + j) % STAGES
+            mbarrier.wait(kv_bar.index(slot), ((u + j) // STAGES) & 1)
             k_t = kv_smem.index(slot).permute((1, 0))
             s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
@@ -168,6 +169,8 @@ if HAVE_GLUON:
         # the staged tiles are read by other threads and by the MMA's async proxy
         fence_async_shared()
         _block_barrier()
+        if WS:
+            mbarrier.arrive(tok_arrive)
 
         rows_st = m0 + gl.arange(0, BLOCK_M, layout=row_st)
         cols_st = gl.arange(0, BLOCK_N, layout=col_st)
@@ -179,10 +182,10 @@ if HAVE_GLUON:
         for j in range(n_comp):
             _block_barrier()
             t = n_comp + j
-            _issue(t + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+            _issue(u, t + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
                    BLOCK_N, STAGES)
-            slot = t % STAGES
-            mbarrier.wait(kv_bar.index(slot), (t // STAGES) & 1)
+            slot = (u + t) % STAGES
+            mbarrier.wait(kv_bar.index(slot), ((u + t) // STAGES) & 1)
             p_j = p_smem.index(j)
             v_s = kv_smem.index(slot)
             pv_tok = warpgroup_mma(p_j, v_s, o_zero, use_acc=False, is_async=True)
@@ -216,9 +219,99 @@ if HAVE_GLUON:
                 bad = ((rmax > 0.0) & (rmax < FP16_MIN_NORMAL)) | (rmax >= 65504.0)
                 zero_i = gl.zeros_like(rows_o)
                 gl.atomic_max(FLAG + zero_i, zero_i + 1, mask=bad)
+        return u + 2 * n_comp
+
+    @gluon.jit
+    def _smem(q_desc, k_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
+              N_TILES: gl.constexpr, STAGES: gl.constexpr):
+        """One warpgroup's buffers: q tile, K/V ring, staged fp16 tiles and their maxima, and
+        the barriers of the q and ring loads."""
+        p_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N],
+                                                                      gl.float16)
+        m_shared: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+        q_smem = gl.allocate_shared_memory(q_desc.dtype, [BLOCK_M, D], q_desc.layout)
+        kv_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, D], k_desc.layout)
+        p_smem = gl.allocate_shared_memory(gl.float16, [N_TILES, BLOCK_M, BLOCK_N], p_shared)
+        m_smem = gl.allocate_shared_memory(gl.float32, [N_TILES, BLOCK_M], m_shared)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        kv_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(kv_bar.index(i), count=1)
+        return q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar
+
+    @gluon.jit
+    def probs_staged_kernel(q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
+                            H, G, S, qscale,
+                            D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                            N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                            GUARD: gl.constexpr, num_warps: gl.constexpr):
+        """One row tile per program (grid: row tiles x B*H)."""
+        if GUARD == 1:
+            if gl.load(FLAG) != 0:
+                return
+        n_m = gl.num_programs(0)
+        tile = gl.program_id(1) * n_m + gl.program_id(0)
+        q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N,
+                                                               D, N_TILES, STAGES)
+        _row_tile(tile, 0, 0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
+                  H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
+                  q_bar, 0, False, q_bar,
+                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps)
         mbarrier.invalidate(q_bar)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(kv_bar.index(i))
+
+    @gluon.jit
+    def _pingpong_role(role, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
+                       H, G, S, qscale, n_m, n_tiles, q_smem, kv_smem, p_smem, m_smem, q_bar,
+                       kv_bar, tok,
+                       D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                       N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                       GUARD: gl.constexpr, NW: gl.constexpr):
+        """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
+        Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
+        k - 1 (token ``tok[1 - role]``) and then passes its own token."""
+        pid = gl.program_id(0)
+        nprog = gl.num_programs(0)
+        u = 0
+        nth = 0
+        for tile in range(pid + role * nprog, n_tiles, 2 * nprog):
+            # the other warpgroup's arrivals: its nth (role 1) or (nth - 1)-th (role 0)
+            other = nth - 1 + role
+            u = _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
+                          sp_s, H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar,
+                          kv_bar, tok.index(1 - role), other & 1, other >= 0, tok.index(role),
+                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW)
+            nth += 1
+
+    @gluon.jit
+    def probs_pingpong_kernel(q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
+                              H, G, S, qscale, n_m, n_tiles,
+                              D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                              N_TILES: gl.constexpr, STAGES: gl.constexpr,
+                              CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
+                              num_warps: gl.constexpr):
+        """Persistent programs of two warpgroups, each with its own buffers, taking the
+        program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
+        while the other computes (FlashAttention-3's ping-pong, with the stores in the place
+        of its second GEMM)."""
+        if GUARD == 1:
+            if gl.load(FLAG) != 0:
+                return
+        q0, kv0, p0, mx0, qb0, kvb0 = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N, D, N_TILES, STAGES)
+        q1, kv1, p1, mx1, qb1, kvb1 = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N, D, N_TILES, STAGES)
+        tok = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(tok.index(0), count=1)
+        mbarrier.init(tok.index(1), count=1)
+        gl.warp_specialize([
+            (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
+                              H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0, kvb0, tok,
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
+            (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
+                              H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1, kvb1, tok,
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
+        ], [num_warps], [REGS])
 
 
 def available(device: torch.device) -> bool:
@@ -232,8 +325,9 @@ def smem_bytes(seq, head_dim, cfg) -> int:
     """Shared memory of one program: q tile, K/V ring, staged fp16 tiles and their maxima."""
     block_m, block_n, _, stages = cfg[:4]
     n_tiles = cdiv(seq, block_n)
-    return (2 * block_m * head_dim + 2 * stages * block_n * head_dim
-            + n_tiles * block_m * (2 * block_n + 4) + 8 * (stages + 1))
+    one = (2 * block_m * head_dim + 2 * stages * block_n * head_dim
+           + n_tiles * block_m * (2 * block_n + 4) + 8 * (stages + 1))
+    return 2 * one + 16 if "pp" in cfg else one
 
 
 def supported(q16, k16, v16, seq, head_dim, mask_kind, scale, cfg) -> bool:
@@ -268,6 +362,7 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
     if cfg and cfg[0] == "staged":
         cfg = cfg[1:]
     block_m, block_n, num_warps, stages = cfg[:4]
+    pingpong = "pp" in cfg
     if not supported(q16, k16, v16, seq, head_dim, 0, scale, cfg):
         raise ValueError(f"probs_staged.launch: S={seq}, head_dim={head_dim}, {q16.dtype} not "
                          f"covered by config {cfg}")
@@ -281,11 +376,21 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
     q2 = q16.as_strided((rows, num_heads * head_dim), (q16.stride(0), 1))
     k2 = k16.as_strided((rows, kd), (k16.stride(0), 1))
     v2 = v16.as_strided((rows, kd), (v16.stride(0), 1))
-    grid = (cdiv(seq, block_m), batch * num_heads)
-    probs_staged_kernel[grid](
-        _desc(q2, [block_m, head_dim]), _desc(k2, [block_n, head_dim]),
-        _desc(v2, [block_n, head_dim]), out, probs, flag if guard else out,
-        out.stride(0), out.stride(1), probs.stride(1), probs.stride(2),
-        num_heads, groups, seq, float(scale) * LOG2E,
-        D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=cdiv(seq, block_n),
-        STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps)
+    descs = (_desc(q2, [block_m, head_dim]), _desc(k2, [block_n, head_dim]),
+             _desc(v2, [block_n, head_dim]))
+    args = (out, probs, flag if guard else out, out.stride(0), out.stride(1), probs.stride(1),
+            probs.stride(2), num_heads, groups, seq, float(scale) * LOG2E)
+    n_m = cdiv(seq, block_m)
+    meta = dict(D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=cdiv(seq, block_n),
+                STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps)
+    if pingpong:
+        n_tiles = n_m * batch * num_heads
+        grid = (min(n_tiles, _sm_count(q16.device)),)
+        probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=PINGPONG_REGS, **meta)
+    else:
+        probs_staged_kernel[(n_m, batch * num_heads)](*descs, *args, **meta)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
