@@ -55,8 +55,7 @@ SMEM_PER_BLOCK = 232448     # bytes of shared memory one H100/H200 block may use
 
 # (BLOCK_M, BLOCK_N, warps, K/V stages[, "pp"]): the tuner's candidates, beside flash.py's pair
 # and MODE 3; "pp": the ping-pong kernel (two warpgroups of ``warps`` each, persistent)
-CONFIGS = [(64, 64, 4, 2), (64, 128, 4, 2), (64, 64, 4, 2, "pp"), (64, 128, 4, 2, "pp"),
-           (64, 64, 4, 3, "pp"), (64, 32, 4, 3, "pp")]
+CONFIGS = [(64, 128, 4, 2), (64, 64, 4, 2, "pp"), (64, 128, 4, 2, "pp"), (64, 64, 4, 3, "pp")]
 PINGPONG_REGS = 168         # registers per thread of the second warpgroup
 
 
@@ -122,7 +121,7 @@ if HAVE_GLUON:
         _block_barrier()
         mbarrier.expect(q_bar, BLOCK_M * D * 2)
         tma.async_copy_global_to_shared(q_desc, [kv_row + m0, h * D], q_bar, q_smem)
-        for i in gl.static_range(STAGES - 1):
+        for i in gl.static_range(STAGES):
             _issue(u, i, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D, BLOCK_N,
                    STAGES)
 
@@ -134,18 +133,23 @@ if HAVE_GLUON:
         if WS:
             mbarrier.wait(tok_wait, tok_phase, pred=tok_pred)
         mbarrier.wait(q_bar, nth & 1)
+        mbarrier.wait(kv_bar.index(u % STAGES), (u // STAGES) & 1)
+        k_t = kv_smem.index(u % STAGES).permute((1, 0))
+        s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
 
-        # loop 1: scores, online max and sum; p relative to the running max, staged as fp16
+        # loop 1: scores, online max and sum; p relative to the running max, staged as fp16.
+        # The next tile's q @ k^T runs under this tile's exponentials (after the last tile it
+        # reads the first V tile, and is not used)
         for j in range(n_comp):
-            # every warp is past its wait on the MMA that read the slot refilled here
+            # every warp is past its wait on tile j's product: its slot takes load j + STAGES
             _block_barrier()
-            _issue(u, j + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+            _issue(u, j + STAGES, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
                    BLOCK_N, STAGES)
-            slot = (u + j) % STAGES
-            mbarrier.wait(kv_bar.index(slot), ((u + j) // STAGES) & 1)
-            k_t = kv_smem.index(slot).permute((1, 0))
+            nslot = (u + j + 1) % STAGES
+            mbarrier.wait(kv_bar.index(nslot), ((u + j + 1) // STAGES) & 1)
+            k_t = kv_smem.index(nslot).permute((1, 0))
             s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
             n0 = j * BLOCK_N
             if n0 + BLOCK_N > S:
                 s = gl.where(gl.expand_dims(n0 + cols_s < S, 0), s, float("-inf"))
@@ -161,6 +165,7 @@ if HAVE_GLUON:
             m_i = m_new
             p_smem.index(j).store(p.to(gl.float16))
             m_smem.index(j).store(m_u)
+            s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
 
         # the row's log-sum-exp (base 2); a row with l == 0 (wholly masked) gives NaN, as eager
         lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
@@ -180,10 +185,7 @@ if HAVE_GLUON:
         acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
         # loop 2: the normalized probabilities out, P @ V from the staged tiles
         for j in range(n_comp):
-            _block_barrier()
             t = n_comp + j
-            _issue(u, t + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
-                   BLOCK_N, STAGES)
             slot = (u + t) % STAGES
             mbarrier.wait(kv_bar.index(slot), ((u + t) // STAGES) & 1)
             p_j = p_smem.index(j)
@@ -197,6 +199,10 @@ if HAVE_GLUON:
             pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
             f_o = gl.exp2(m_smem.index(j).load(row_o) - lse_o)
             acc = acc + pv * gl.expand_dims(f_o, 1)
+            # every warp is past its wait on this P @ V: its slot takes load t + STAGES
+            _block_barrier()
+            _issue(u, t + STAGES, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+                   BLOCK_N, STAGES)
         if CAUSAL:
             zeros = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, st_layout)
             for j in range(n_comp, N_TILES):
