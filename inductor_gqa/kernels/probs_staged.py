@@ -82,7 +82,8 @@ if HAVE_GLUON:
                   tok_wait, tok_phase, tok_pred, tok_arrive,
                   D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr):
+                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr,
+                  DIAG: gl.constexpr = 0, OVERLAP: gl.constexpr = False):
         """One row tile (BLOCK_M query rows of one head): loop 1 stages p, loop 2 stores the
         probabilities and accumulates P @ V. ``u``: loads its warps' K/V ring took before;
         ``nth``: row tiles its warps did before (the q barrier's phase). With WS the loop 1s of
@@ -121,7 +122,10 @@ if HAVE_GLUON:
         _block_barrier()
         mbarrier.expect(q_bar, BLOCK_M * D * 2)
         tma.async_copy_global_to_shared(q_desc, [kv_row + m0, h * D], q_bar, q_smem)
-        for i in gl.static_range(STAGES):
+        # loads ahead: STAGES with OVERLAP (a slot is refilled once its product is waited for,
+        # one tile before it is read again), STAGES - 1 without
+        PRE: gl.constexpr = STAGES if OVERLAP else STAGES - 1
+        for i in gl.static_range(PRE):
             _issue(u, i, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D, BLOCK_N,
                    STAGES)
 
@@ -133,23 +137,32 @@ if HAVE_GLUON:
         if WS:
             mbarrier.wait(tok_wait, tok_phase, pred=tok_pred)
         mbarrier.wait(q_bar, nth & 1)
-        mbarrier.wait(kv_bar.index(u % STAGES), (u // STAGES) & 1)
-        k_t = kv_smem.index(u % STAGES).permute((1, 0))
-        s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
-        s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
+        s = s_zero
+        if OVERLAP:
+            mbarrier.wait(kv_bar.index(u % STAGES), (u // STAGES) & 1)
+            k_t = kv_smem.index(u % STAGES).permute((1, 0))
+            s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
 
         # loop 1: scores, online max and sum; p relative to the running max, staged as fp16.
-        # The next tile's q @ k^T runs under this tile's exponentials (after the last tile it
-        # reads the first V tile, and is not used)
+        # OVERLAP: the next tile's q @ k^T runs under this tile's exponentials (after the last
+        # tile it reads the first V tile, and is not used)
         for j in range(n_comp):
-            # every warp is past its wait on tile j's product: its slot takes load j + STAGES
+            # every warp is past its wait on the product whose slot is refilled here
             _block_barrier()
-            _issue(u, j + STAGES, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+            _issue(u, j + PRE, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
                    BLOCK_N, STAGES)
-            nslot = (u + j + 1) % STAGES
-            mbarrier.wait(kv_bar.index(nslot), ((u + j + 1) // STAGES) & 1)
-            k_t = kv_smem.index(nslot).permute((1, 0))
-            s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
+            if OVERLAP:
+                nslot = (u + j + 1) % STAGES
+                mbarrier.wait(kv_bar.index(nslot), ((u + j + 1) // STAGES) & 1)
+                k_t = kv_smem.index(nslot).permute((1, 0))
+                s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
+            else:
+                slot = (u + j) % STAGES
+                mbarrier.wait(kv_bar.index(slot), ((u + j) // STAGES) & 1)
+                k_t = kv_smem.index(slot).permute((1, 0))
+                s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
             n0 = j * BLOCK_N
             if n0 + BLOCK_N > S:
                 s = gl.where(gl.expand_dims(n0 + cols_s < S, 0), s, float("-inf"))
@@ -165,7 +178,8 @@ if HAVE_GLUON:
             m_i = m_new
             p_smem.index(j).store(p.to(gl.float16))
             m_smem.index(j).store(m_u)
-            s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
+            if OVERLAP:
+                s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
 
         # the row's log-sum-exp (base 2); a row with l == 0 (wholly masked) gives NaN, as eager
         lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
@@ -184,7 +198,7 @@ if HAVE_GLUON:
         o_zero = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
         acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
         # loop 2: the normalized probabilities out, P @ V from the staged tiles
-        for j in range(n_comp):
+        for j in range(n_comp if DIAG < 2 else 0):
             t = n_comp + j
             slot = (u + t) % STAGES
             mbarrier.wait(kv_bar.index(slot), ((u + t) // STAGES) & 1)
@@ -194,14 +208,17 @@ if HAVE_GLUON:
             f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
             prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
             cols = j * BLOCK_N + cols_st
-            gl.store(p_rows + gl.expand_dims(cols, 0), prob,
-                     mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
+            if DIAG == 0:
+                gl.store(p_rows + gl.expand_dims(cols, 0), prob,
+                         mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
+            else:
+                acc = acc + gl.convert_layout(gl.sum(prob, 1), row_o)[:, None]
             pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
             f_o = gl.exp2(m_smem.index(j).load(row_o) - lse_o)
             acc = acc + pv * gl.expand_dims(f_o, 1)
-            # every warp is past its wait on this P @ V: its slot takes load t + STAGES
+            # every warp is past its wait on this P @ V
             _block_barrier()
-            _issue(u, t + STAGES, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+            _issue(u, t + PRE, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
                    BLOCK_N, STAGES)
         if CAUSAL:
             zeros = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, st_layout)
@@ -274,7 +291,8 @@ if HAVE_GLUON:
                        kv_bar, tok,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       GUARD: gl.constexpr, NW: gl.constexpr):
+                       GUARD: gl.constexpr, NW: gl.constexpr, DIAG: gl.constexpr,
+                       OVERLAP: gl.constexpr):
         """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
         Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
         k - 1 (token ``tok[1 - role]``) and then passes its own token."""
@@ -288,7 +306,7 @@ if HAVE_GLUON:
             u = _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
                           sp_s, H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar,
                           kv_bar, tok.index(1 - role), other & 1, other >= 0, tok.index(role),
-                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW)
+                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW, DIAG, OVERLAP)
             nth += 1
 
     @gluon.jit
@@ -297,7 +315,8 @@ if HAVE_GLUON:
                               D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                               N_TILES: gl.constexpr, STAGES: gl.constexpr,
                               CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
-                              num_warps: gl.constexpr):
+                              num_warps: gl.constexpr, DIAG: gl.constexpr = 0,
+                              OVERLAP: gl.constexpr = False):
         """Persistent programs of two warpgroups, each with its own buffers, taking the
         program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
         while the other computes (FlashAttention-3's ping-pong, with the stores in the place
@@ -313,10 +332,12 @@ if HAVE_GLUON:
         gl.warp_specialize([
             (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0, kvb0, tok,
-                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps, DIAG,
+                              OVERLAP)),
             (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1, kvb1, tok,
-                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps, DIAG,
+                              OVERLAP)),
         ], [num_warps], [REGS])
 
 
@@ -392,7 +413,9 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
     if pingpong:
         n_tiles = n_m * batch * num_heads
         grid = (min(n_tiles, _sm_count(q16.device)),)
-        probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=PINGPONG_REGS, **meta)
+        probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=PINGPONG_REGS,
+                                    DIAG=next((int(f[4:]) for f in cfg[4:] if f.startswith("diag")), 0),
+                                    OVERLAP="ov" in cfg, **meta)
     else:
         probs_staged_kernel[(n_m, batch * num_heads)](*descs, *args, **meta)
 

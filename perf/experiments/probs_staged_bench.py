@@ -22,6 +22,7 @@ from inductor_gqa.kernels import probs_staged, tuning
 from inductor_gqa.lower import attention as lower_attention
 
 H, HK, D = gqa_pack_bench.H, gqa_pack_bench.HK, gqa_pack_bench.D
+CONFIGS = list(probs_staged.CONFIGS)    # --configs: others (a Python list of tuples)
 STATS = [(64, 128, 4, 3), (64, 128, 4, 2), (128, 64, 8, 3)]
 PROBS = [(128, 64, 8, 4, "gp4"), (128, 64, 8, 3, "gp4"), (64, 64, 4, 3, "gp4"),
          (32, 64, 4, 2, "pipeline")]
@@ -81,7 +82,7 @@ def bench(name, causal_check):
                     for cfg in lower_attention._single_pass_candidates(s, True, H // HK))
         rep["mode3"] = dict(us=m3[0][0], cfg=m3[0][1])
     rows = []
-    for cfg in probs_staged.CONFIGS:
+    for cfg in CONFIGS:
         if not probs_staged.supported(c.q, c.k, c.v, s, D, 0, 1.0, cfg):
             continue
         try:
@@ -98,7 +99,7 @@ def bench(name, causal_check):
     rep["staged"] = rows
     if causal_check:
         cref = reference(c, True)
-        for cfg in probs_staged.CONFIGS[:2]:
+        for cfg in CONFIGS[:2]:
             c.probs.fill_(float("nan"))
             c.o.fill_(float("nan"))
             staged(c, cfg, causal=True)
@@ -116,7 +117,10 @@ def main():
     ap.add_argument("--cases", default="512x16,449x16,512x8,373x8,512x4,256x8,541x1,131x1")
     ap.add_argument("--causal", default="512x4,373x8")
     ap.add_argument("--out", default="")
+    ap.add_argument("--configs", default="")
     a = ap.parse_args()
+    if a.configs:
+        CONFIGS[:] = [tuple(c) for c in eval(a.configs)]
     causal = set(a.causal.split(",")) if a.causal else set()
     reps = [bench(n, n in causal) for n in a.cases.split(",")]
     if a.out:
