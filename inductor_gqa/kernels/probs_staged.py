@@ -198,28 +198,33 @@ if HAVE_GLUON:
         o_zero = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
         acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
         # loop 2: the normalized probabilities out, P @ V from the staged tiles
-        for j in range(n_comp if DIAG < 2 else 0):
+        for j in range(n_comp):
             t = n_comp + j
             slot = (u + t) % STAGES
             mbarrier.wait(kv_bar.index(slot), ((u + t) // STAGES) & 1)
-            p_j = p_smem.index(j)
-            v_s = kv_smem.index(slot)
-            pv_tok = warpgroup_mma(p_j, v_s, o_zero, use_acc=False, is_async=True)
-            f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
-            prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
-            cols = j * BLOCK_N + cols_st
-            if DIAG == 0:
-                gl.store(p_rows + gl.expand_dims(cols, 0), prob,
-                         mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
+            if DIAG == 2:   # timing loop 1 alone: the ring's loads only
+                _block_barrier()
+                _issue(u, t + PRE, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+                       BLOCK_N, STAGES)
             else:
-                acc = acc + gl.convert_layout(gl.sum(prob, 1), row_o)[:, None]
-            pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
-            f_o = gl.exp2(m_smem.index(j).load(row_o) - lse_o)
-            acc = acc + pv * gl.expand_dims(f_o, 1)
-            # every warp is past its wait on this P @ V
-            _block_barrier()
-            _issue(u, t + PRE, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
-                   BLOCK_N, STAGES)
+                p_j = p_smem.index(j)
+                v_s = kv_smem.index(slot)
+                pv_tok = warpgroup_mma(p_j, v_s, o_zero, use_acc=False, is_async=True)
+                f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
+                prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
+                cols = j * BLOCK_N + cols_st
+                if DIAG == 0:
+                    gl.store(p_rows + gl.expand_dims(cols, 0), prob,
+                             mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
+                else:
+                    acc = acc + gl.convert_layout(gl.sum(prob, 1), row_o)[:, None]
+                pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
+                f_o = gl.exp2(m_smem.index(j).load(row_o) - lse_o)
+                acc = acc + pv * gl.expand_dims(f_o, 1)
+                # every warp is past its wait on this P @ V
+                _block_barrier()
+                _issue(u, t + PRE, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+                       BLOCK_N, STAGES)
         if CAUSAL:
             zeros = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, st_layout)
             for j in range(n_comp, N_TILES):

@@ -94,6 +94,7 @@ def bench(name, causal_check):
             err = errors(c, ref)
             err["flag"] = int(c.flag.item())
             rows.append(dict(cfg=cfg, us=t_us(lambda cfg=cfg: staged(c, cfg)), err=err))
+            print("   ", name, cfg, f"{rows[-1]['us']:.1f} us", err, flush=True)
         except Exception as e:  # noqa: BLE001
             rows.append(dict(cfg=cfg, error=f"{type(e).__name__}: {str(e)[:300]}"))
     rep["staged"] = rows
