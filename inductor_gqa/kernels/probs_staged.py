@@ -61,42 +61,59 @@ PINGPONG_REGS = 168         # registers per thread of the second warpgroup
 
 if HAVE_GLUON:
     @gluon.jit
-    def _issue(u, t, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh,
-               D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-        """Load t of a row tile's sequence (K tiles 0..n_comp-1, then V tiles), the u + t-th
-        load of its warps' ring."""
-        if t < 2 * n_comp:
-            slot = (u + t) % STAGES
+    def _tile_coords(tile, n_m, H, G, S, BLOCK_M: gl.constexpr):
+        """Row tile -> (first query row, b * H + h, query head, KV head, first row of its batch
+        in the [B*S, heads*D] views)."""
+        bh = tile // n_m
+        b = bh // H
+        h = bh - b * H
+        return (tile - bh * n_m) * BLOCK_M, bh, h, h // G, b * S
+
+    @gluon.jit
+    def _issue(g, first, stride, n_tiles, n_m, H, G, S, k_desc, v_desc, kv_smem, kv_bar,
+               D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+               N_TILES: gl.constexpr, STAGES: gl.constexpr):
+        """Load g of its warps' stream: per row tile (first, first + stride, ... below
+        n_tiles) its K tiles, then its V tiles, into ring slot g % STAGES. The stream runs on
+        into the next row tile, so its first K tiles arrive while this one stores."""
+        L: gl.constexpr = 2 * N_TILES
+        k = g // L
+        t = g - k * L
+        tile = first + k * stride
+        if tile < n_tiles:
+            _, _, _, kvh, kv_row = _tile_coords(tile, n_m, H, G, S, BLOCK_M)
+            slot = g % STAGES
             mbarrier.expect(kv_bar.index(slot), BLOCK_N * D * 2)
-            if t < n_comp:
+            if t < N_TILES:
                 tma.async_copy_global_to_shared(k_desc, [kv_row + t * BLOCK_N, kvh * D],
                                                 kv_bar.index(slot), kv_smem.index(slot))
             else:
-                tma.async_copy_global_to_shared(v_desc, [kv_row + (t - n_comp) * BLOCK_N,
+                tma.async_copy_global_to_shared(v_desc, [kv_row + (t - N_TILES) * BLOCK_N,
                                                          kvh * D],
                                                 kv_bar.index(slot), kv_smem.index(slot))
 
     @gluon.jit
-    def _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
-                  H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
-                  tok_wait, tok_phase, tok_pred, tok_arrive,
-                  D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr,
-                  DIAG: gl.constexpr = 0, OVERLAP: gl.constexpr = False):
-        """One row tile (BLOCK_M query rows of one head): loop 1 stages p, loop 2 stores the
-        probabilities and accumulates P @ V. ``u``: loads its warps' K/V ring took before;
-        ``nth``: row tiles its warps did before (the q barrier's phase). With WS the loop 1s of
-        the two warpgroups take turns (``tok_*``), so one's stores run under the other's
-        exponentials. Returns the ring's load count after this tile."""
-        start_m = tile % n_m
-        bh = tile // n_m
-        b = bh // H
-        h = bh - b * H
-        kvh = h // G
-        m0 = start_m * BLOCK_M
-        kv_row = b * S              # rows of the [B*S, heads*D] q/k/V views
+    def _load_q(tile, n_m, H, G, S, q_desc, q_smem, q_bar, D: gl.constexpr,
+                BLOCK_M: gl.constexpr):
+        m0, _, h, _, kv_row = _tile_coords(tile, n_m, H, G, S, BLOCK_M)
+        mbarrier.expect(q_bar, BLOCK_M * D * 2)
+        tma.async_copy_global_to_shared(q_desc, [kv_row + m0, h * D], q_bar, q_smem)
 
+    @gluon.jit
+    def _row_tiles(first, stride, n_tiles, n_m, q_desc, k_desc, v_desc, O, P, FLAG, so_b,
+                   so_s, sp_bh, sp_s, H, G, S, qscale, q_smem, kv_smem, p_smem, m_smem, q_bar,
+                   kv_bar, tok, role,
+                   D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                   GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr):
+        """Row tiles first, first + stride, ... below n_tiles (BLOCK_M query rows of one head
+        each): loop 1 stages p, loop 2 stores the probabilities and accumulates P @ V. With WS
+        (two warpgroups, ``role`` 0 or 1, alternate tiles) each loop 1 waits for the other
+        warpgroup's loop 1 of the tile before it (tokens ``tok``), so one warpgroup's stores
+        run while the other computes.
+
+        Every key tile is computed, also under CAUSAL (tiles past the diagonal come out as
+        zeros): the K/V stream then has the same length for every row tile."""
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK_N, 16])
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -110,144 +127,120 @@ if HAVE_GLUON:
             size_per_thread=[1, 4], threads_per_warp=[32 // TPR, TPR],
             warps_per_cta=[NW, 1], order=[1, 0])
         row_st: gl.constexpr = gl.SliceLayout(1, st_layout)
-        col_st: gl.constexpr = gl.SliceLayout(0, st_layout)
-
-        if CAUSAL:
-            hi = gl.minimum(S, m0 + BLOCK_M)    # key tiles past the diagonal are zeros
-        else:
-            hi = S
-        n_comp = (hi + BLOCK_N - 1) // BLOCK_N
-
-        # every warp is done with the previous tile's q, ring slots and staged tiles
-        _block_barrier()
-        mbarrier.expect(q_bar, BLOCK_M * D * 2)
-        tma.async_copy_global_to_shared(q_desc, [kv_row + m0, h * D], q_bar, q_smem)
-        # loads ahead: STAGES with OVERLAP (a slot is refilled once its product is waited for,
-        # one tile before it is read again), STAGES - 1 without
-        PRE: gl.constexpr = STAGES if OVERLAP else STAGES - 1
-        for i in gl.static_range(PRE):
-            _issue(u, i, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D, BLOCK_N,
-                   STAGES)
-
-        rows_s = m0 + gl.arange(0, BLOCK_M, layout=row_s)
+        cols_st = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, st_layout))
         cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
-        l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
-        if WS:
-            mbarrier.wait(tok_wait, tok_phase, pred=tok_pred)
-        mbarrier.wait(q_bar, nth & 1)
-        s = s_zero
-        if OVERLAP:
-            mbarrier.wait(kv_bar.index(u % STAGES), (u // STAGES) & 1)
-            k_t = kv_smem.index(u % STAGES).permute((1, 0))
+        o_zero = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+        L: gl.constexpr = 2 * N_TILES
+
+        # the stream's first STAGES loads (later ones are issued as slots free up) and q
+        if first < n_tiles:
+            _load_q(first, n_m, H, G, S, q_desc, q_smem, q_bar, D, BLOCK_M)
+        for i in gl.static_range(STAGES):
+            _issue(i, first, stride, n_tiles, n_m, H, G, S, k_desc, v_desc, kv_smem, kv_bar,
+                   D, BLOCK_M, BLOCK_N, N_TILES, STAGES)
+        k = 0
+        for tile in range(first, n_tiles, stride):
+            m0, bh, h, kvh, kv_row = _tile_coords(tile, n_m, H, G, S, BLOCK_M)
+            g = k * L
+            rows_s = m0 + gl.arange(0, BLOCK_M, layout=row_s)
+            m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
+            l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
+            if WS:
+                # the other warpgroup's loop 1 of the tile before: its (k - 1 + role)-th
+                other = k - 1 + role
+                mbarrier.wait(tok.index(1 - role), other & 1, pred=other >= 0)
+            mbarrier.wait(q_bar, k & 1)
+            mbarrier.wait(kv_bar.index(g % STAGES), (g // STAGES) & 1)
+            k_t = kv_smem.index(g % STAGES).permute((1, 0))
             s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
 
-        # loop 1: scores, online max and sum; p relative to the running max, staged as fp16.
-        # OVERLAP: the next tile's q @ k^T runs under this tile's exponentials (after the last
-        # tile it reads the first V tile, and is not used)
-        for j in range(n_comp):
-            # every warp is past its wait on the product whose slot is refilled here
-            _block_barrier()
-            _issue(u, j + PRE, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
-                   BLOCK_N, STAGES)
-            if OVERLAP:
-                nslot = (u + j + 1) % STAGES
-                mbarrier.wait(kv_bar.index(nslot), ((u + j + 1) // STAGES) & 1)
-                k_t = kv_smem.index(nslot).permute((1, 0))
-                s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
-            else:
-                slot = (u + j) % STAGES
-                mbarrier.wait(kv_bar.index(slot), ((u + j) // STAGES) & 1)
-                k_t = kv_smem.index(slot).permute((1, 0))
-                s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
-                s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
-            n0 = j * BLOCK_N
-            if n0 + BLOCK_N > S:
-                s = gl.where(gl.expand_dims(n0 + cols_s < S, 0), s, float("-inf"))
-            if CAUSAL:
-                if n0 + BLOCK_N - 1 > m0:
-                    s = gl.where(gl.expand_dims(rows_s, 1) >= gl.expand_dims(n0 + cols_s, 0),
-                                 s, float("-inf"))
-            # qscale > 0 commutes with the max (log2 units, one FMA per score below)
-            m_new = gl.maximum(m_i, gl.max(s, 1) * qscale)
-            m_u = gl.where(m_new == float("-inf"), 0.0, m_new)
-            p = gl.exp2(gl.fma(s, qscale, -gl.expand_dims(m_u, 1)))
-            l_i = l_i * gl.exp2(m_i - m_u) + gl.sum(p, 1)
-            m_i = m_new
-            p_smem.index(j).store(p.to(gl.float16))
-            m_smem.index(j).store(m_u)
-            if OVERLAP:
-                s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
-
-        # the row's log-sum-exp (base 2); a row with l == 0 (wholly masked) gives NaN, as eager
-        lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
-        lse_st = gl.convert_layout(lse, row_st)
-        lse_o = gl.convert_layout(lse, row_o)
-        # the staged tiles are read by other threads and by the MMA's async proxy
-        fence_async_shared()
-        _block_barrier()
-        if WS:
-            mbarrier.arrive(tok_arrive)
-
-        rows_st = m0 + gl.arange(0, BLOCK_M, layout=row_st)
-        cols_st = gl.arange(0, BLOCK_N, layout=col_st)
-        row_ok = gl.expand_dims(rows_st < S, 1)
-        p_rows = P + bh.to(gl.int64) * sp_bh + gl.expand_dims(rows_st.to(gl.int64) * sp_s, 1)
-        o_zero = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
-        acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
-        # loop 2: the normalized probabilities out, P @ V from the staged tiles
-        for j in range(n_comp):
-            t = n_comp + j
-            slot = (u + t) % STAGES
-            mbarrier.wait(kv_bar.index(slot), ((u + t) // STAGES) & 1)
-            if DIAG == 2:   # timing loop 1 alone: the ring's loads only
+            # loop 1: scores, online max and sum; p relative to the running max, staged as
+            # fp16. The next tile's q @ k^T runs under this tile's exponentials (after the
+            # last key tile it reads the first V tile, and is not used)
+            for j in range(N_TILES):
+                # every warp is past its wait on key tile j's product: its slot is refilled
                 _block_barrier()
-                _issue(u, t + PRE, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
-                       BLOCK_N, STAGES)
-            else:
+                _issue(g + j + STAGES, first, stride, n_tiles, n_m, H, G, S, k_desc, v_desc,
+                       kv_smem, kv_bar, D, BLOCK_M, BLOCK_N, N_TILES, STAGES)
+                nxt = g + j + 1
+                mbarrier.wait(kv_bar.index(nxt % STAGES), (nxt // STAGES) & 1)
+                k_t = kv_smem.index(nxt % STAGES).permute((1, 0))
+                s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
+                n0 = j * BLOCK_N
+                if n0 + BLOCK_N > S:
+                    s = gl.where(gl.expand_dims(n0 + cols_s < S, 0), s, float("-inf"))
+                if CAUSAL:
+                    if n0 + BLOCK_N - 1 > m0:
+                        s = gl.where(gl.expand_dims(rows_s, 1) >= gl.expand_dims(n0 + cols_s, 0),
+                                     s, float("-inf"))
+                # qscale > 0 commutes with the max (log2 units, one FMA per score below)
+                m_new = gl.maximum(m_i, gl.max(s, 1) * qscale)
+                m_u = gl.where(m_new == float("-inf"), 0.0, m_new)
+                p = gl.exp2(gl.fma(s, qscale, -gl.expand_dims(m_u, 1)))
+                l_i = l_i * gl.exp2(m_i - m_u) + gl.sum(p, 1)
+                m_i = m_new
+                p_smem.index(j).store(p.to(gl.float16))
+                m_smem.index(j).store(m_u)
+                s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
+
+            # the row's log-sum-exp (base 2); a row with l == 0 (wholly masked) gives NaN, as
+            # eager
+            lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
+            lse_st = gl.convert_layout(lse, row_st)
+            lse_o = gl.convert_layout(lse, row_o)
+            # the staged tiles are read by other threads and by the MMA's async proxy; q is
+            # free for the next row tile's
+            fence_async_shared()
+            _block_barrier()
+            if WS:
+                mbarrier.arrive(tok.index(role))
+            if tile + stride < n_tiles:
+                _load_q(tile + stride, n_m, H, G, S, q_desc, q_smem, q_bar, D, BLOCK_M)
+
+            rows_st = m0 + gl.arange(0, BLOCK_M, layout=row_st)
+            row_ok = gl.expand_dims(rows_st < S, 1)
+            p_rows = (P + bh.to(gl.int64) * sp_bh
+                      + gl.expand_dims(rows_st.to(gl.int64) * sp_s, 1))
+            acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+            # loop 2: the normalized probabilities out, P @ V from the staged tiles
+            for j in range(N_TILES):
+                t = g + N_TILES + j
+                mbarrier.wait(kv_bar.index(t % STAGES), (t // STAGES) & 1)
                 p_j = p_smem.index(j)
-                v_s = kv_smem.index(slot)
+                v_s = kv_smem.index(t % STAGES)
                 pv_tok = warpgroup_mma(p_j, v_s, o_zero, use_acc=False, is_async=True)
                 f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
                 prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
                 cols = j * BLOCK_N + cols_st
-                if DIAG == 0:
-                    gl.store(p_rows + gl.expand_dims(cols, 0), prob,
-                             mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
-                else:
-                    acc = acc + gl.convert_layout(gl.sum(prob, 1), row_o)[:, None]
+                gl.store(p_rows + gl.expand_dims(cols, 0), prob,
+                         mask=row_ok & gl.expand_dims(cols < S, 0),
+                         eviction_policy="evict_first")
                 pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
                 f_o = gl.exp2(m_smem.index(j).load(row_o) - lse_o)
                 acc = acc + pv * gl.expand_dims(f_o, 1)
-                # every warp is past its wait on this P @ V
+                # every warp is past its wait on this P @ V: its slot is refilled
                 _block_barrier()
-                _issue(u, t + PRE, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
-                       BLOCK_N, STAGES)
-        if CAUSAL:
-            zeros = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, st_layout)
-            for j in range(n_comp, N_TILES):
-                cols = j * BLOCK_N + cols_st
-                gl.store(p_rows + gl.expand_dims(cols, 0), zeros,
-                         mask=row_ok & gl.expand_dims(cols < S, 0),
-                         eviction_policy="evict_first")
+                _issue(t + STAGES, first, stride, n_tiles, n_m, H, G, S, k_desc, v_desc,
+                       kv_smem, kv_bar, D, BLOCK_M, BLOCK_N, N_TILES, STAGES)
 
-        rows_o = m0 + gl.arange(0, BLOCK_M, layout=row_o)
-        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
-        o_ok = gl.expand_dims(rows_o < S, 1)
-        o_ptrs = (O + b.to(gl.int64) * so_b + gl.expand_dims(rows_o.to(gl.int64) * so_s, 1)
-                  + h * D + gl.expand_dims(offs_d, 0))
-        gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=o_ok)
-        if GUARD == 1:
-            if O.dtype.element_ty == gl.float16:
-                # flash.py's range rule for an fp16 output: a bad row sends the block to the
-                # float32 fallback
-                rmax = gl.max(gl.where(o_ok, gl.abs(acc), 0.0), 1)
-                bad = ((rmax > 0.0) & (rmax < FP16_MIN_NORMAL)) | (rmax >= 65504.0)
-                zero_i = gl.zeros_like(rows_o)
-                gl.atomic_max(FLAG + zero_i, zero_i + 1, mask=bad)
-        return u + 2 * n_comp
+            rows_o = m0 + gl.arange(0, BLOCK_M, layout=row_o)
+            offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+            o_ok = gl.expand_dims(rows_o < S, 1)
+            o_ptrs = (O + (kv_row // S).to(gl.int64) * so_b
+                      + gl.expand_dims(rows_o.to(gl.int64) * so_s, 1) + h * D
+                      + gl.expand_dims(offs_d, 0))
+            gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=o_ok)
+            if GUARD == 1:
+                if O.dtype.element_ty == gl.float16:
+                    # flash.py's range rule for an fp16 output: a bad row sends the block to
+                    # the float32 fallback
+                    rmax = gl.max(gl.where(o_ok, gl.abs(acc), 0.0), 1)
+                    bad = ((rmax > 0.0) & (rmax < FP16_MIN_NORMAL)) | (rmax >= 65504.0)
+                    zero_i = gl.zeros_like(rows_o)
+                    gl.atomic_max(FLAG + zero_i, zero_i + 1, mask=bad)
+            k += 1
 
     @gluon.jit
     def _smem(q_desc, k_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
@@ -270,25 +263,21 @@ if HAVE_GLUON:
 
     @gluon.jit
     def probs_staged_kernel(q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
-                            H, G, S, qscale,
+                            H, G, S, qscale, n_m,
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                             GUARD: gl.constexpr, num_warps: gl.constexpr):
-        """One row tile per program (grid: row tiles x B*H)."""
+        """One row tile per program (grid: row tiles of all heads)."""
         if GUARD == 1:
             if gl.load(FLAG) != 0:
                 return
-        n_m = gl.num_programs(0)
-        tile = gl.program_id(1) * n_m + gl.program_id(0)
+        tile = gl.program_id(0)
         q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N,
                                                                D, N_TILES, STAGES)
-        _row_tile(tile, 0, 0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
-                  H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
-                  q_bar, 0, False, q_bar,
-                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps)
-        mbarrier.invalidate(q_bar)
-        for i in gl.static_range(STAGES):
-            mbarrier.invalidate(kv_bar.index(i))
+        _row_tiles(tile, 1, tile + 1, n_m, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s,
+                   sp_bh, sp_s, H, G, S, qscale, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
+                   q_bar, 0, D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False,
+                   num_warps)
 
     @gluon.jit
     def _pingpong_role(role, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
@@ -296,23 +285,14 @@ if HAVE_GLUON:
                        kv_bar, tok,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       GUARD: gl.constexpr, NW: gl.constexpr, DIAG: gl.constexpr,
-                       OVERLAP: gl.constexpr):
-        """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
-        Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
-        k - 1 (token ``tok[1 - role]``) and then passes its own token."""
+                       GUARD: gl.constexpr, NW: gl.constexpr):
+        """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``."""
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
-        u = 0
-        nth = 0
-        for tile in range(pid + role * nprog, n_tiles, 2 * nprog):
-            # the other warpgroup's arrivals: its nth (role 1) or (nth - 1)-th (role 0)
-            other = nth - 1 + role
-            u = _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
-                          sp_s, H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar,
-                          kv_bar, tok.index(1 - role), other & 1, other >= 0, tok.index(role),
-                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW, DIAG, OVERLAP)
-            nth += 1
+        _row_tiles(pid + role * nprog, 2 * nprog, n_tiles, n_m, q_desc, k_desc, v_desc, O, P,
+                   FLAG, so_b, so_s, sp_bh, sp_s, H, G, S, qscale, q_smem, kv_smem, p_smem,
+                   m_smem, q_bar, kv_bar, tok, role, D, BLOCK_M, BLOCK_N, N_TILES, STAGES,
+                   CAUSAL, GUARD, True, NW)
 
     @gluon.jit
     def probs_pingpong_kernel(q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
@@ -320,8 +300,7 @@ if HAVE_GLUON:
                               D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                               N_TILES: gl.constexpr, STAGES: gl.constexpr,
                               CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
-                              num_warps: gl.constexpr, DIAG: gl.constexpr = 0,
-                              OVERLAP: gl.constexpr = False):
+                              num_warps: gl.constexpr):
         """Persistent programs of two warpgroups, each with its own buffers, taking the
         program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
         while the other computes (FlashAttention-3's ping-pong, with the stores in the place
@@ -337,12 +316,10 @@ if HAVE_GLUON:
         gl.warp_specialize([
             (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0, kvb0, tok,
-                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps, DIAG,
-                              OVERLAP)),
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
             (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1, kvb1, tok,
-                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps, DIAG,
-                              OVERLAP)),
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
         ], [num_warps], [REGS])
 
 
@@ -419,10 +396,9 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
         n_tiles = n_m * batch * num_heads
         grid = (min(n_tiles, _sm_count(q16.device)),)
         probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=PINGPONG_REGS,
-                                    DIAG=next((int(f[4:]) for f in cfg[4:] if f.startswith("diag")), 0),
-                                    OVERLAP="ov" in cfg, **meta)
+                                    **meta)
     else:
-        probs_staged_kernel[(n_m, batch * num_heads)](*descs, *args, **meta)
+        probs_staged_kernel[(n_m * batch * num_heads,)](*descs, *args, n_m, **meta)
 
 
 @functools.lru_cache(maxsize=None)
