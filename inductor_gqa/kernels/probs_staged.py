@@ -3,30 +3,36 @@
 Why: with the probabilities returned, flash.py runs two passes (MODE 1 for each row's max and sum
 of exponentials, MODE 2 recomputing q @ k^T and the exponentials to store the normalized
 probabilities), because a probability can be stored only once the row's sum is known. When a
-program's whole row tile fits in shared memory (S up to ~560 keys at 64 rows), it can wait for
-the sum instead of recomputing:
+row tile fits in shared memory (S up to ~512 keys at 64 rows, two tiles per program), it can
+wait for the sum instead of recomputing:
 
 * loop 1, per key tile j: s = q @ k_j^T (warpgroup MMA), the online max m_j and sum, and
   p_j = exp2(s - m_j) staged as fp16 in shared memory with m_j;
-* loop 2, per key tile j: the probabilities p_j * exp2(m_j - lse) go out as 16-byte stores,
+* loop 2, per key tile j: the probabilities p_j * exp2(m_j - lse) go out as 16-byte stores
   while the MMA p_j @ V_j runs (its A operand is the staged tile); o += exp2(m_j - lse) * that.
 
-Each score's product and exponential are computed once (the pair computes both twice), and the
-stores of one program overlap the MMAs and exponentials of the program beside it on the SM.
-The staged fp16 value is relative to the running max (in [0, 1]): its rounding (2^-12 relative,
-2^-25 absolute below fp16's normal range) is below the error of the fp16 operand copies this runs
-on (the fp16-copies plan of float32 blocks under "high", where TF32 is allowed, or fp16 blocks).
+Each score's product and exponential are computed once (the pair computes both twice). Two
+kernels share the row-tile code: ``probs_staged_kernel``, one row tile per program, and
+``probs_pingpong_kernel``, persistent programs of two warpgroups with their own buffers that
+take row tiles in turn, their loop 1s alternating so one's stores run while the other computes
+(FlashAttention-3's ping-pong, with the stores in the place of its second GEMM).
 
-Scope (``supported``): fp16 q/k/V, no mask tensor (causal allowed), scale > 0, head_dim a power
-of two in [16, 128], rows 16-byte aligned for the copy engine (row strides of q/k/V), the staged
-tiles within an H200 block's shared memory, Hopper, Gluon importable. Ragged S is handled: key
-columns past S are masked, rows past S are computed and not stored. Outputs as flash.py's MODE 3
-with GUARD 0 or 1 (GP 1): probabilities [B, H, S, S] float32, o [B, S, H*D] (strided), an fp16 o
-raising FLAG by flash.py's range rule.
+The staged fp16 value is relative to the running max (in [0, 1]): its rounding (2^-11 relative
+at most, 2^-25 absolute below fp16's normal range) is below the error of the fp16 operand
+copies this runs on (the fp16-copies plans of float32 blocks under "high", where TF32 is
+allowed); on the H200 the probabilities' largest error against a float64 reference of the same
+copies is 1.5e-4 (the pair's 1e-6), W075's tolerance 2.2e-3.
 
-The Triton CPU interpreter does not run Gluon: this kernel is checked on the GPU
-(perf/experiments/probs_staged_bench.py, perf.kernels_check) and compiled for sm_90 on the CPU
-(tests/kernels/test_probs_staged_compile.py).
+Scope (``supported``): fp16 q/k/V, float32 probabilities, no mask tensor (causal allowed),
+scale > 0, head_dim a power of two in [16, 128], rows 16-byte aligned for the copy engine (row
+strides of q/k/V), the buffers within an H200 block's shared memory, Hopper, Gluon importable.
+Ragged S: key columns past S are masked, rows past S computed and not stored. Outputs as
+flash.py's MODE 3 with GUARD 0 or 1 (GP 1): probabilities [B, H, S, S], o [B, S, H*D]
+(strided), an fp16 o raising FLAG by flash.py's range rule.
+
+The Triton CPU interpreter does not run Gluon: these kernels are checked on the GPU
+(perf/experiments/probs_staged_bench.py, the perf job's checks) and compiled for sm_90 on the
+CPU (tests/kernels/test_probs_staged_compile.py).
 """
 
 from __future__ import annotations
@@ -55,65 +61,49 @@ SMEM_PER_BLOCK = 232448     # bytes of shared memory one H100/H200 block may use
 
 # (BLOCK_M, BLOCK_N, warps, K/V stages[, "pp"]): the tuner's candidates, beside flash.py's pair
 # and MODE 3; "pp": the ping-pong kernel (two warpgroups of ``warps`` each, persistent)
-CONFIGS = [(64, 128, 4, 2), (64, 64, 4, 2, "pp"), (64, 128, 4, 2, "pp"), (64, 64, 4, 3, "pp")]
+# (H200, perf/experiments/probs_staged_bench.py: the ping-pong kernel with 128-key tiles is the
+# fastest at S in 256..512, the one-tile programs at B*H*S small)
+CONFIGS = [(64, 128, 4, 2), (64, 128, 4, 2, "pp"), (64, 64, 4, 3, "pp")]
 PINGPONG_REGS = 168         # registers per thread of the second warpgroup
 
 
 if HAVE_GLUON:
     @gluon.jit
-    def _tile_coords(tile, n_m, H, G, S, BLOCK_M: gl.constexpr):
-        """Row tile -> (first query row, b * H + h, query head, KV head, first row of its batch
-        in the [B*S, heads*D] views)."""
-        bh = tile // n_m
-        b = bh // H
-        h = bh - b * H
-        return (tile - bh * n_m) * BLOCK_M, bh, h, h // G, b * S
-
-    @gluon.jit
-    def _issue(g, first, stride, n_tiles, n_m, H, G, S, k_desc, v_desc, kv_smem, kv_bar,
-               D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-               N_TILES: gl.constexpr, STAGES: gl.constexpr):
-        """Load g of its warps' stream: per row tile (first, first + stride, ... below
-        n_tiles) its K tiles, then its V tiles, into ring slot g % STAGES. The stream runs on
-        into the next row tile, so its first K tiles arrive while this one stores."""
-        L: gl.constexpr = 2 * N_TILES
-        k = g // L
-        t = g - k * L
-        tile = first + k * stride
-        if tile < n_tiles:
-            _, _, _, kvh, kv_row = _tile_coords(tile, n_m, H, G, S, BLOCK_M)
-            slot = g % STAGES
+    def _issue(u, t, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh,
+               D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+        """Load t of a row tile's sequence (K tiles 0..n_comp-1, then V tiles), the u + t-th
+        load of its warps' ring."""
+        if t < 2 * n_comp:
+            slot = (u + t) % STAGES
             mbarrier.expect(kv_bar.index(slot), BLOCK_N * D * 2)
-            if t < N_TILES:
+            if t < n_comp:
                 tma.async_copy_global_to_shared(k_desc, [kv_row + t * BLOCK_N, kvh * D],
                                                 kv_bar.index(slot), kv_smem.index(slot))
             else:
-                tma.async_copy_global_to_shared(v_desc, [kv_row + (t - N_TILES) * BLOCK_N,
+                tma.async_copy_global_to_shared(v_desc, [kv_row + (t - n_comp) * BLOCK_N,
                                                          kvh * D],
                                                 kv_bar.index(slot), kv_smem.index(slot))
 
     @gluon.jit
-    def _load_q(tile, n_m, H, G, S, q_desc, q_smem, q_bar, D: gl.constexpr,
-                BLOCK_M: gl.constexpr):
-        m0, _, h, _, kv_row = _tile_coords(tile, n_m, H, G, S, BLOCK_M)
-        mbarrier.expect(q_bar, BLOCK_M * D * 2)
-        tma.async_copy_global_to_shared(q_desc, [kv_row + m0, h * D], q_bar, q_smem)
+    def _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
+                  H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
+                  tok_wait, tok_phase, tok_pred, tok_arrive,
+                  D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr):
+        """One row tile (BLOCK_M query rows of one head): loop 1 stages p, loop 2 stores the
+        probabilities and accumulates P @ V. ``u``: loads its warps' K/V ring took before;
+        ``nth``: row tiles its warps did before (the q barrier's phase). With WS the loop 1s of
+        the two warpgroups take turns (``tok_*``), so one's stores run under the other's
+        exponentials. Returns the ring's load count after this tile."""
+        start_m = tile % n_m
+        bh = tile // n_m
+        b = bh // H
+        h = bh - b * H
+        kvh = h // G
+        m0 = start_m * BLOCK_M
+        kv_row = b * S              # rows of the [B*S, heads*D] q/k/V views
 
-    @gluon.jit
-    def _row_tiles(first, stride, n_tiles, n_m, q_desc, k_desc, v_desc, O, P, FLAG, so_b,
-                   so_s, sp_bh, sp_s, H, G, S, qscale, q_smem, kv_smem, p_smem, m_smem, q_bar,
-                   kv_bar, tok, role,
-                   D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                   N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                   GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr):
-        """Row tiles first, first + stride, ... below n_tiles (BLOCK_M query rows of one head
-        each): loop 1 stages p, loop 2 stores the probabilities and accumulates P @ V. With WS
-        (two warpgroups, ``role`` 0 or 1, alternate tiles) each loop 1 waits for the other
-        warpgroup's loop 1 of the tile before it (tokens ``tok``), so one warpgroup's stores
-        run while the other computes.
-
-        Every key tile is computed, also under CAUSAL (tiles past the diagonal come out as
-        zeros): the K/V stream then has the same length for every row tile."""
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK_N, 16])
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -127,120 +117,116 @@ if HAVE_GLUON:
             size_per_thread=[1, 4], threads_per_warp=[32 // TPR, TPR],
             warps_per_cta=[NW, 1], order=[1, 0])
         row_st: gl.constexpr = gl.SliceLayout(1, st_layout)
-        cols_st = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, st_layout))
+        col_st: gl.constexpr = gl.SliceLayout(0, st_layout)
+
+        if CAUSAL:
+            hi = gl.minimum(S, m0 + BLOCK_M)    # key tiles past the diagonal are zeros
+        else:
+            hi = S
+        n_comp = (hi + BLOCK_N - 1) // BLOCK_N
+
+        # every warp is done with the previous tile's q, ring slots and staged tiles
+        _block_barrier()
+        mbarrier.expect(q_bar, BLOCK_M * D * 2)
+        tma.async_copy_global_to_shared(q_desc, [kv_row + m0, h * D], q_bar, q_smem)
+        for i in gl.static_range(STAGES - 1):
+            _issue(u, i, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D, BLOCK_N,
+                   STAGES)
+
+        rows_s = m0 + gl.arange(0, BLOCK_M, layout=row_s)
         cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-        o_zero = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
-        L: gl.constexpr = 2 * N_TILES
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
+        l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
+        if WS:
+            mbarrier.wait(tok_wait, tok_phase, pred=tok_pred)
+        mbarrier.wait(q_bar, nth & 1)
 
-        # the stream's first STAGES loads (later ones are issued as slots free up) and q
-        if first < n_tiles:
-            _load_q(first, n_m, H, G, S, q_desc, q_smem, q_bar, D, BLOCK_M)
-        for i in gl.static_range(STAGES):
-            _issue(i, first, stride, n_tiles, n_m, H, G, S, k_desc, v_desc, kv_smem, kv_bar,
-                   D, BLOCK_M, BLOCK_N, N_TILES, STAGES)
-        k = 0
-        for tile in range(first, n_tiles, stride):
-            m0, bh, h, kvh, kv_row = _tile_coords(tile, n_m, H, G, S, BLOCK_M)
-            g = k * L
-            rows_s = m0 + gl.arange(0, BLOCK_M, layout=row_s)
-            m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
-            l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
-            if WS:
-                # the other warpgroup's loop 1 of the tile before: its (k - 1 + role)-th
-                other = k - 1 + role
-                mbarrier.wait(tok.index(1 - role), other & 1, pred=other >= 0)
-            mbarrier.wait(q_bar, k & 1)
-            mbarrier.wait(kv_bar.index(g % STAGES), (g // STAGES) & 1)
-            k_t = kv_smem.index(g % STAGES).permute((1, 0))
+        # loop 1: scores, online max and sum; p relative to the running max, staged as fp16
+        for j in range(n_comp):
+            # every warp is past its wait on the MMA that read the slot refilled here
+            _block_barrier()
+            _issue(u, j + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+                   BLOCK_N, STAGES)
+            slot = (u + j) % STAGES
+            mbarrier.wait(kv_bar.index(slot), ((u + j) // STAGES) & 1)
+            k_t = kv_smem.index(slot).permute((1, 0))
             s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
+            n0 = j * BLOCK_N
+            if n0 + BLOCK_N > S:
+                s = gl.where(gl.expand_dims(n0 + cols_s < S, 0), s, float("-inf"))
+            if CAUSAL:
+                if n0 + BLOCK_N - 1 > m0:
+                    s = gl.where(gl.expand_dims(rows_s, 1) >= gl.expand_dims(n0 + cols_s, 0),
+                                 s, float("-inf"))
+            # qscale > 0 commutes with the max (log2 units, one FMA per score below)
+            m_new = gl.maximum(m_i, gl.max(s, 1) * qscale)
+            m_u = gl.where(m_new == float("-inf"), 0.0, m_new)
+            p = gl.exp2(gl.fma(s, qscale, -gl.expand_dims(m_u, 1)))
+            l_i = l_i * gl.exp2(m_i - m_u) + gl.sum(p, 1)
+            m_i = m_new
+            p_smem.index(j).store(p.to(gl.float16))
+            m_smem.index(j).store(m_u)
 
-            # loop 1: scores, online max and sum; p relative to the running max, staged as
-            # fp16. The next tile's q @ k^T runs under this tile's exponentials (after the
-            # last key tile it reads the first V tile, and is not used)
-            for j in range(N_TILES):
-                # every warp is past its wait on key tile j's product: its slot is refilled
-                _block_barrier()
-                _issue(g + j + STAGES, first, stride, n_tiles, n_m, H, G, S, k_desc, v_desc,
-                       kv_smem, kv_bar, D, BLOCK_M, BLOCK_N, N_TILES, STAGES)
-                nxt = g + j + 1
-                mbarrier.wait(kv_bar.index(nxt % STAGES), (nxt // STAGES) & 1)
-                k_t = kv_smem.index(nxt % STAGES).permute((1, 0))
-                s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
-                n0 = j * BLOCK_N
-                if n0 + BLOCK_N > S:
-                    s = gl.where(gl.expand_dims(n0 + cols_s < S, 0), s, float("-inf"))
-                if CAUSAL:
-                    if n0 + BLOCK_N - 1 > m0:
-                        s = gl.where(gl.expand_dims(rows_s, 1) >= gl.expand_dims(n0 + cols_s, 0),
-                                     s, float("-inf"))
-                # qscale > 0 commutes with the max (log2 units, one FMA per score below)
-                m_new = gl.maximum(m_i, gl.max(s, 1) * qscale)
-                m_u = gl.where(m_new == float("-inf"), 0.0, m_new)
-                p = gl.exp2(gl.fma(s, qscale, -gl.expand_dims(m_u, 1)))
-                l_i = l_i * gl.exp2(m_i - m_u) + gl.sum(p, 1)
-                m_i = m_new
-                p_smem.index(j).store(p.to(gl.float16))
-                m_smem.index(j).store(m_u)
-                s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
+        # the row's log-sum-exp (base 2); a row with l == 0 (wholly masked) gives NaN, as eager
+        lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
+        lse_st = gl.convert_layout(lse, row_st)
+        lse_o = gl.convert_layout(lse, row_o)
+        # the staged tiles are read by other threads and by the MMA's async proxy
+        fence_async_shared()
+        _block_barrier()
+        if WS:
+            mbarrier.arrive(tok_arrive)
 
-            # the row's log-sum-exp (base 2); a row with l == 0 (wholly masked) gives NaN, as
-            # eager
-            lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
-            lse_st = gl.convert_layout(lse, row_st)
-            lse_o = gl.convert_layout(lse, row_o)
-            # the staged tiles are read by other threads and by the MMA's async proxy; q is
-            # free for the next row tile's
-            fence_async_shared()
+        rows_st = m0 + gl.arange(0, BLOCK_M, layout=row_st)
+        cols_st = gl.arange(0, BLOCK_N, layout=col_st)
+        row_ok = gl.expand_dims(rows_st < S, 1)
+        p_rows = P + bh.to(gl.int64) * sp_bh + gl.expand_dims(rows_st.to(gl.int64) * sp_s, 1)
+        o_zero = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+        acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+        # loop 2: the normalized probabilities out, P @ V from the staged tiles
+        for j in range(n_comp):
             _block_barrier()
-            if WS:
-                mbarrier.arrive(tok.index(role))
-            if tile + stride < n_tiles:
-                _load_q(tile + stride, n_m, H, G, S, q_desc, q_smem, q_bar, D, BLOCK_M)
-
-            rows_st = m0 + gl.arange(0, BLOCK_M, layout=row_st)
-            row_ok = gl.expand_dims(rows_st < S, 1)
-            p_rows = (P + bh.to(gl.int64) * sp_bh
-                      + gl.expand_dims(rows_st.to(gl.int64) * sp_s, 1))
-            acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
-            # loop 2: the normalized probabilities out, P @ V from the staged tiles
-            for j in range(N_TILES):
-                t = g + N_TILES + j
-                mbarrier.wait(kv_bar.index(t % STAGES), (t // STAGES) & 1)
-                p_j = p_smem.index(j)
-                v_s = kv_smem.index(t % STAGES)
-                pv_tok = warpgroup_mma(p_j, v_s, o_zero, use_acc=False, is_async=True)
-                f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
-                prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
+            t = n_comp + j
+            _issue(u, t + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+                   BLOCK_N, STAGES)
+            slot = (u + t) % STAGES
+            mbarrier.wait(kv_bar.index(slot), ((u + t) // STAGES) & 1)
+            p_j = p_smem.index(j)
+            v_s = kv_smem.index(slot)
+            pv_tok = warpgroup_mma(p_j, v_s, o_zero, use_acc=False, is_async=True)
+            f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
+            prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
+            cols = j * BLOCK_N + cols_st
+            gl.store(p_rows + gl.expand_dims(cols, 0), prob,
+                     mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
+            pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
+            f_o = gl.exp2(m_smem.index(j).load(row_o) - lse_o)
+            acc = acc + pv * gl.expand_dims(f_o, 1)
+        if CAUSAL:
+            zeros = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, st_layout)
+            for j in range(n_comp, N_TILES):
                 cols = j * BLOCK_N + cols_st
-                gl.store(p_rows + gl.expand_dims(cols, 0), prob,
+                gl.store(p_rows + gl.expand_dims(cols, 0), zeros,
                          mask=row_ok & gl.expand_dims(cols < S, 0),
                          eviction_policy="evict_first")
-                pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
-                f_o = gl.exp2(m_smem.index(j).load(row_o) - lse_o)
-                acc = acc + pv * gl.expand_dims(f_o, 1)
-                # every warp is past its wait on this P @ V: its slot is refilled
-                _block_barrier()
-                _issue(t + STAGES, first, stride, n_tiles, n_m, H, G, S, k_desc, v_desc,
-                       kv_smem, kv_bar, D, BLOCK_M, BLOCK_N, N_TILES, STAGES)
 
-            rows_o = m0 + gl.arange(0, BLOCK_M, layout=row_o)
-            offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
-            o_ok = gl.expand_dims(rows_o < S, 1)
-            o_ptrs = (O + (kv_row // S).to(gl.int64) * so_b
-                      + gl.expand_dims(rows_o.to(gl.int64) * so_s, 1) + h * D
-                      + gl.expand_dims(offs_d, 0))
-            gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=o_ok)
-            if GUARD == 1:
-                if O.dtype.element_ty == gl.float16:
-                    # flash.py's range rule for an fp16 output: a bad row sends the block to
-                    # the float32 fallback
-                    rmax = gl.max(gl.where(o_ok, gl.abs(acc), 0.0), 1)
-                    bad = ((rmax > 0.0) & (rmax < FP16_MIN_NORMAL)) | (rmax >= 65504.0)
-                    zero_i = gl.zeros_like(rows_o)
-                    gl.atomic_max(FLAG + zero_i, zero_i + 1, mask=bad)
-            k += 1
+        rows_o = m0 + gl.arange(0, BLOCK_M, layout=row_o)
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+        o_ok = gl.expand_dims(rows_o < S, 1)
+        o_ptrs = (O + b.to(gl.int64) * so_b + gl.expand_dims(rows_o.to(gl.int64) * so_s, 1)
+                  + h * D + gl.expand_dims(offs_d, 0))
+        gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=o_ok)
+        if GUARD == 1:
+            if O.dtype.element_ty == gl.float16:
+                # flash.py's range rule for an fp16 output: a bad row sends the block to the
+                # float32 fallback
+                rmax = gl.max(gl.where(o_ok, gl.abs(acc), 0.0), 1)
+                bad = ((rmax > 0.0) & (rmax < FP16_MIN_NORMAL)) | (rmax >= 65504.0)
+                zero_i = gl.zeros_like(rows_o)
+                gl.atomic_max(FLAG + zero_i, zero_i + 1, mask=bad)
+        return u + 2 * n_comp
 
     @gluon.jit
     def _smem(q_desc, k_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
@@ -263,21 +249,25 @@ if HAVE_GLUON:
 
     @gluon.jit
     def probs_staged_kernel(q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
-                            H, G, S, qscale, n_m,
+                            H, G, S, qscale,
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                             GUARD: gl.constexpr, num_warps: gl.constexpr):
-        """One row tile per program (grid: row tiles of all heads)."""
+        """One row tile per program (grid: row tiles x B*H)."""
         if GUARD == 1:
             if gl.load(FLAG) != 0:
                 return
-        tile = gl.program_id(0)
+        n_m = gl.num_programs(0)
+        tile = gl.program_id(1) * n_m + gl.program_id(0)
         q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N,
                                                                D, N_TILES, STAGES)
-        _row_tiles(tile, 1, tile + 1, n_m, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s,
-                   sp_bh, sp_s, H, G, S, qscale, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
-                   q_bar, 0, D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False,
-                   num_warps)
+        _row_tile(tile, 0, 0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
+                  H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
+                  q_bar, 0, False, q_bar,
+                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps)
+        mbarrier.invalidate(q_bar)
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(kv_bar.index(i))
 
     @gluon.jit
     def _pingpong_role(role, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
@@ -286,13 +276,21 @@ if HAVE_GLUON:
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                        GUARD: gl.constexpr, NW: gl.constexpr):
-        """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``."""
+        """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
+        Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
+        k - 1 (token ``tok[1 - role]``) and then passes its own token."""
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
-        _row_tiles(pid + role * nprog, 2 * nprog, n_tiles, n_m, q_desc, k_desc, v_desc, O, P,
-                   FLAG, so_b, so_s, sp_bh, sp_s, H, G, S, qscale, q_smem, kv_smem, p_smem,
-                   m_smem, q_bar, kv_bar, tok, role, D, BLOCK_M, BLOCK_N, N_TILES, STAGES,
-                   CAUSAL, GUARD, True, NW)
+        u = 0
+        nth = 0
+        for tile in range(pid + role * nprog, n_tiles, 2 * nprog):
+            # the other warpgroup's arrivals: its nth (role 1) or (nth - 1)-th (role 0)
+            other = nth - 1 + role
+            u = _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
+                          sp_s, H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar,
+                          kv_bar, tok.index(1 - role), other & 1, other >= 0, tok.index(role),
+                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW)
+            nth += 1
 
     @gluon.jit
     def probs_pingpong_kernel(q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
@@ -395,10 +393,9 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
     if pingpong:
         n_tiles = n_m * batch * num_heads
         grid = (min(n_tiles, _sm_count(q16.device)),)
-        probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=PINGPONG_REGS,
-                                    **meta)
+        probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=PINGPONG_REGS, **meta)
     else:
-        probs_staged_kernel[(n_m * batch * num_heads,)](*descs, *args, n_m, **meta)
+        probs_staged_kernel[(n_m, batch * num_heads)](*descs, *args, **meta)
 
 
 @functools.lru_cache(maxsize=None)

@@ -12,7 +12,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from ..kernels import flash, tuning
+from ..kernels import flash, probs_staged, tuning
 from ..plan.spec import BlockSpec
 
 
@@ -112,6 +112,18 @@ def _single_pass_candidates(s, f16=False, groups=1):
     return cfgs + _packed(cfgs, f16, groups)
 
 
+def _staged_candidates(f16, s, d, mask_kind, scale):
+    """kernels/probs_staged.py's one-launch probabilities (Gluon, Hopper) for the fp16 copies,
+    measured against flash.py's pair and MODE 3: on the H200 it wins at S in 256..512 (512x16:
+    128 -> 110 us for the attention, 449x16 147 -> 119, 373x8 54 -> 40).
+    INDUCTOR_GQA_STAGED=0 turns it off."""
+    if (f16 is None or os.environ.get("INDUCTOR_GQA_STAGED", "1") == "0"
+            or tuning.interpreting()):
+        return []
+    q16, k16, v16, _ = f16
+    return probs_staged.candidates(q16, k16, v16, s, d, mask_kind, scale)
+
+
 # configs of the float32 fallback behind fp16 copies: it runs only when a value left fp16's range,
 # so it is not tuned for speed, only checked to run (small tiles fit any head_dim)
 _FALLBACK_CONFIGS = [(64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)]
@@ -205,11 +217,23 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
                          lambda c: run(2, c, probs, ml))
         run(2, c2, probs, ml)
 
+    def run_staged(cfg):
+        q16, k16, v16, _ = f16
+        probs_staged.launch(q16, k16, v16, out16 if out16 is not None else o, probs, flag, b,
+                            s, h, spec.groups, d, scale, spec.causal, cfg, guard=1)
+
+    def one(c):
+        if c == "two-pass":
+            two_pass()
+        elif c[0] == "staged":
+            run_staged(c)
+        else:
+            run(3, c, probs)
+
     singles = _single_pass_candidates(s, f16_cfgs, spec.groups)
-    if singles:
-        c = tuning.pick(base_key + (3,), singles + ["two-pass"],
-                        lambda c: two_pass() if c == "two-pass" else run(3, c, probs))
-        two_pass() if c == "two-pass" else run(3, c, probs)
+    staged = _staged_candidates(f16, s, d, mk, scale)
+    if singles or staged:
+        one(tuning.pick(base_key + (3,), singles + ["two-pass"] + staged, one))
     else:
         two_pass()
     # the stats and probabilities passes in one launch

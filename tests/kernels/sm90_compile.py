@@ -234,6 +234,38 @@ def epilogue_jobs():
     return jobs
 
 
+def staged_jobs():
+    """kernels/probs_staged.py's Gluon kernels (one row tile per program, and the ping-pong
+    kernel) for every candidate config, at an aligned and a ragged S, causal and not."""
+    from inductor_gqa.kernels import probs_staged
+
+    if not probs_staged.HAVE_GLUON:
+        return []
+    from triton.experimental.gluon import language as gl
+
+    jobs = []
+    d = 64
+    for cfg in probs_staged.CONFIGS:
+        bm, bn, nw, stages = cfg[:4]
+        pp = "pp" in cfg
+        for seq, causal in ((512, False), (449, False), (373, True)):
+            if probs_staged.smem_bytes(seq, d, cfg) > SMEM_PER_BLOCK:
+                continue
+            desc = {}
+            for name, rows in (("q_desc", bm), ("k_desc", bn), ("v_desc", bn)):
+                layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.float16)
+                desc[name] = f"tensordesc<fp16[{rows}, {d}],{layout!r}>"
+            types = dict(desc, O="*fp16", P="*fp32", FLAG="*i32", qscale="fp32")
+            consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=-(-seq // bn), STAGES=stages,
+                          CAUSAL=causal, GUARD=1, num_warps=nw)
+            if pp:
+                consts["REGS"] = probs_staged.PINGPONG_REGS
+            kernel = "probs_pingpong_kernel" if pp else "probs_staged_kernel"
+            jobs.append(_job(f"staged S{seq}{' causal' if causal else ''} {cfg}",
+                             "inductor_gqa.kernels.probs_staged", kernel, types, consts, nw))
+    return jobs
+
+
 def _compile(job, divisible=False):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -249,8 +281,12 @@ def _compile(job, divisible=False):
     attrs = {}
     if divisible:   # pointers and integers divisible by 16, as the launcher marks them
         attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(fn.params)
-                 if signature[p.name] not in ("constexpr", "fp32")}
-    return triton.compile(ASTSource(fn, signature, constexprs=consts, attrs=attrs),
+                 if signature[p.name] not in ("constexpr", "fp32")
+                 and not signature[p.name].startswith("tensordesc")}
+    source = ASTSource
+    if getattr(fn, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource as source
+    return triton.compile(source(fn, signature, constexprs=consts, attrs=attrs),
                           target=GPUTarget("cuda", 90, 32), options=options)
 
 
@@ -344,7 +380,7 @@ def same_as(rev: str, pattern: str = "", param_offsets: bool = True) -> int:
 
     same = differ = skipped = 0
     with tempfile.TemporaryDirectory() as tmpdir:
-        for job in attention_jobs() + linear_jobs() + epilogue_jobs():
+        for job in attention_jobs() + linear_jobs() + epilogue_jobs() + staged_jobs():
             if pattern not in job[0]:
                 continue
             old, why = _job_at(job, rev, tmpdir)
@@ -397,7 +433,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     if a.same_as:
         return same_as(a.same_as, a.inspect, not a.ignore_param_offsets)
-    jobs = attention_jobs() + linear_jobs() + epilogue_jobs()
+    jobs = attention_jobs() + linear_jobs() + epilogue_jobs() + staged_jobs()
     if a.inspect:
         for job in jobs:
             if a.inspect in job[0]:
