@@ -25,7 +25,8 @@ copies is 1.5e-4 (the pair's 1e-6), W075's tolerance 2.2e-3.
 
 Scope (``supported``): fp16 q/k/V, float32 probabilities, no mask tensor (causal allowed),
 scale > 0, head_dim a power of two in [16, 128], rows 16-byte aligned for the copy engine (row
-strides of q/k/V), the buffers within an H200 block's shared memory, Hopper, Gluon importable.
+strides of q/k/V), the buffers within an H200 block's shared memory, Hopper (sm_90), Gluon
+importable.
 Ragged S: key columns past S are masked, rows past S computed and not stored. Outputs as
 flash.py's MODE 3 with GUARD 0 or 1 (GP 1): probabilities [B, H, S, S], o [B, S, H*D]
 (strided), an fp16 o raising FLAG by flash.py's range rule.
@@ -322,10 +323,11 @@ if HAVE_GLUON:
 
 
 def available(device: torch.device) -> bool:
-    """Gluon importable and a Hopper-or-newer CUDA device."""
+    """Gluon importable and a Hopper CUDA device (the kernels use Hopper's warpgroup MMA, which
+    Blackwell's tensor cores do not run)."""
     if not HAVE_GLUON or device.type != "cuda":
         return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
+    return torch.cuda.get_device_capability(device)[0] == 9
 
 
 def smem_bytes(seq, head_dim, cfg) -> int:

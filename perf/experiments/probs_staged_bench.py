@@ -10,6 +10,10 @@ Prediction (written before the first GPU run): the staged kernel computes each s
 and exponential once and its stores overlap the other program's compute on the SM, so at S <= 512
 it should take about the probabilities pass's time alone: 512x16 pair ~129 us (34 + 95) ->
 75-85 us, 449x16 ~150 -> ~90, 512x8 ~64 -> ~42; at S <= 256 against MODE 3 about even.
+
+Outcome (perf/results/nvidia-h200/runs/profiles/README.md, "Round of a9f312f..533c727"): one row
+tile per program is no faster than the pair; the ping-pong kernel (two warpgroups taking turns)
+takes 512x16 to 110 us, 449x16 to 119, 373x8 to 40, 512x8 to 55, limited by its score loop.
 """
 import argparse
 import json

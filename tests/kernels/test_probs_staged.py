@@ -67,3 +67,12 @@ def test_launch_rejects_what_it_cannot_write():
     with pytest.raises(ValueError, match="16 rows per warp"):
         probs_staged.launch(q, k, v, out, probs, flag, 1, 512, 16, 4, 64, 1.0, False,
                             (64, 128, 8, 2))
+
+
+@pytest.mark.parametrize("major, ok", [(8, False), (9, True), (10, False)])
+def test_hopper_only(monkeypatch, major, ok):
+    # warpgroup MMA is Hopper's: older GPUs lack it and Blackwell runs other tensor-core
+    # instructions, so those keep flash.py's passes
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (major, 0))
+    got = probs_staged.available(torch.device("cuda", 0))
+    assert got == (ok and probs_staged.HAVE_GLUON)
