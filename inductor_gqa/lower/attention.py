@@ -226,7 +226,9 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         if c == "two-pass":
             two_pass()
         elif c[0] == "staged":
-            run_staged(c)
+            # a choice cached for another S of the bucket may not fit this one's shared memory
+            # (or this call's alignment): the pair then runs
+            run_staged(c) if c in staged else two_pass()
         else:
             run(3, c, probs)
 

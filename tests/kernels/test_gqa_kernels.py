@@ -694,3 +694,28 @@ def test_aligned_ragged_stores_only_where_they_apply():
     assert not flash.align4_ok(37, 2, True, 1, 32)         # causal: the plain path
     assert not flash.align4_ok(37, 2, False, 4, 32)        # packed heads: rows of 4 heads
     assert not flash.align4_ok(126, 3, False, 1, 128)      # one tile must cover S + 3
+
+
+def test_cached_staged_choice_outside_its_scope_runs_the_pair(tf32_allowed, monkeypatch):
+    """A staged-probabilities config chosen for one S of a bucket may not fit another S of it
+    (shared memory grows with S): the call then takes the two passes instead of failing."""
+    from inductor_gqa.kernels import tuning
+
+    spec = _w075_spec()
+    t = _inputs(spec, 2, 17, 64, F32, mask_shape=("none", None))
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    picked = []
+    real_pick = tuning.pick
+
+    def pick(key, cands, run):
+        if key[-1] == 3:        # the one-launch / pair choice
+            picked.append(key)
+            return ("staged", 64, 128, 4, 2, "pp")
+        return real_pick(key, cands, run)
+
+    monkeypatch.setattr(tuning, "pick", pick)
+    out, p = block.run_block(dict(t), spec)
+    assert picked
+    _close_high(out, ref, 2e-3)
+    _close_high(p, ref_p, 2e-3)
