@@ -14,6 +14,14 @@ it should take about the probabilities pass's time alone: 512x16 pair ~129 us (3
 Outcome (perf/results/nvidia-h200/runs/profiles/README.md, "Round of a9f312f..533c727"): one row
 tile per program is no faster than the pair; the ping-pong kernel (two warpgroups taking turns)
 takes 512x16 to 110 us, 449x16 to 119, 373x8 to 40, 512x8 to 55, limited by its score loop.
+
+Ready to measure (``--recompute --cases 4096x1,2048x1,1024x2 --causal 1024x2``): the ping-pong
+kernel with RECOMPUTE, for rows too long to stage. Loop 1 keeps only the row statistics and
+loop 2 recomputes q @ k^T and the exponentials (flash.py's MODE 2), so one warpgroup's
+statistics run while the other stores. Prediction: co-resident stats/probabilities programs
+without turns saved at most 8% (docs note 20); with the turns that won at S <= 512, the
+attention at 4096x1 goes from ~414 us (116 + 298) towards the 230 us store floor, 300-340 if
+the exponentials of both loops fit under the stores.
 """
 import argparse
 import json
@@ -123,7 +131,11 @@ def main():
     ap.add_argument("--causal", default="512x4,373x8")
     ap.add_argument("--out", default="")
     ap.add_argument("--configs", default="")
+    ap.add_argument("--recompute", action="store_true",
+                    help="time probs_staged.RECOMPUTE_CONFIGS (long rows) instead of CONFIGS")
     a = ap.parse_args()
+    if a.recompute:
+        CONFIGS[:] = probs_staged.RECOMPUTE_CONFIGS
     if a.configs:
         CONFIGS[:] = [tuple(c) for c in eval(a.configs)]
     causal = set(a.causal.split(",")) if a.causal else set()
