@@ -17,6 +17,10 @@ kernels share the row-tile code: ``probs_staged_kernel``, one row tile per progr
 take row tiles in turn, their loop 1s alternating so one's stores run while the other computes
 (FlashAttention-3's ping-pong, with the stores in the place of its second GEMM).
 
+An experiment rides along, not yet a tuner candidate: RECOMPUTE (``RECOMPUTE_CONFIGS``), the
+ping-pong for rows too long to stage, where loop 2 recomputes the scores as flash.py's MODE 2
+does (perf/experiments/probs_staged_bench.py --recompute measures it).
+
 The staged fp16 value is relative to the running max (in [0, 1]): its rounding (2^-11 relative
 at most, 2^-25 absolute below fp16's normal range) is below the error of the fp16 operand
 copies this runs on (the fp16-copies plans of float32 blocks under "high", where TF32 is
