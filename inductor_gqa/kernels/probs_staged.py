@@ -438,6 +438,13 @@ def candidates(q16, k16, v16, seq, head_dim, mask_kind, scale):
             if supported(q16, k16, v16, seq, head_dim, mask_kind, scale, c)]
 
 
+def pingpong_regs(cfg) -> int:
+    """The ping-pong's second-warpgroup register budget: a config's "rNNN" flag, or
+    PINGPONG_REGS."""
+    return next((int(f[1:]) for f in cfg[4:] if isinstance(f, str) and f[:1] == "r"
+                 and f[1:].isdigit()), PINGPONG_REGS)
+
+
 def _desc(t2d, block):
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.float16)
     return TensorDescriptor(t2d, list(t2d.shape), list(t2d.stride()), block, layout)
@@ -479,9 +486,8 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
     if pingpong:
         n_tiles = n_m * batch * num_heads
         grid = (min(n_tiles, _sm_count(q16.device)),)
-        regs = next((int(f[1:]) for f in cfg[4:] if isinstance(f, str) and f[:1] == "r"
-                     and f[1:].isdigit()), PINGPONG_REGS)
-        probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=regs, **meta)
+        probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=pingpong_regs(cfg),
+                                    **meta)
     else:
         probs_staged_kernel[(n_m, batch * num_heads)](*descs, *args, **meta)
 

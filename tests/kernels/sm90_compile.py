@@ -262,8 +262,7 @@ def staged_jobs():
             consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=-(-seq // bn), STAGES=stages,
                           CAUSAL=causal, GUARD=1, num_warps=nw)
             if pp:
-                consts["REGS"] = next((int(f[1:]) for f in cfg[4:] if f[:1] == "r"
-                                       and f[1:].isdigit()), probs_staged.PINGPONG_REGS)
+                consts["REGS"] = probs_staged.pingpong_regs(cfg)
             if "rc" in cfg:
                 consts["RECOMPUTE"] = True
             kernel = "probs_pingpong_kernel" if pp else "probs_staged_kernel"
