@@ -114,13 +114,23 @@ if HAVE_GLUON:
                                                 kv_bar.index(slot), kv_smem.index(slot))
 
     @gluon.jit
+    def _load_q(tile, q_desc, q_smem, q_bar, n_m, H, S, BLOCK_M: gl.constexpr, D: gl.constexpr):
+        """The q tile of row tile ``tile`` into q_smem, completing on q_bar."""
+        bh = tile // n_m
+        b = bh // H
+        mbarrier.expect(q_bar, BLOCK_M * D * 2)
+        tma.async_copy_global_to_shared(q_desc, [b * S + (tile % n_m) * BLOCK_M, (bh - b * H) * D],
+                                        q_bar, q_smem)
+
+    @gluon.jit
     def _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                   H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
                   tok_wait, tok_phase, tok_pred, tok_arrive,
                   D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr,
-                  RECOMPUTE: gl.constexpr = False):
+                  RECOMPUTE: gl.constexpr = False, next_tile=-1,
+                  PREFETCH_Q: gl.constexpr = False):
         """One row tile (BLOCK_M query rows of one head): loop 1 stages p, loop 2 stores the
         probabilities and accumulates P @ V. ``u``: loads its warps' K/V ring took before;
         ``nth``: row tiles its warps did before (the q barrier's phase). With WS the loop 1s of
@@ -162,8 +172,8 @@ if HAVE_GLUON:
 
         # every warp is done with the previous tile's q, ring slots and staged tiles
         _block_barrier()
-        mbarrier.expect(q_bar, BLOCK_M * D * 2)
-        tma.async_copy_global_to_shared(q_desc, [kv_row + m0, h * D], q_bar, q_smem)
+        if not PREFETCH_Q or nth == 0:
+            _load_q(tile, q_desc, q_smem, q_bar, n_m, H, S, BLOCK_M, D)
         for i in gl.static_range(STAGES - 1):
             _issue(u, i, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D, BLOCK_N,
                    STAGES, RECOMPUTE)
@@ -212,6 +222,11 @@ if HAVE_GLUON:
         # the staged tiles are read by other threads and by the MMA's async proxy
         fence_async_shared()
         _block_barrier()
+        if PREFETCH_Q:
+            # q is free once every warp is past loop 1's last MMA: the next tile's q loads
+            # under this tile's stores instead of after the next turn is granted
+            if next_tile >= 0:
+                _load_q(next_tile, q_desc, q_smem, q_bar, n_m, H, S, BLOCK_M, D)
         if WS:
             mbarrier.arrive(tok_arrive)
 
@@ -351,7 +366,8 @@ if HAVE_GLUON:
                        kv_bar, tok,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       GUARD: gl.constexpr, NW: gl.constexpr, RECOMPUTE: gl.constexpr):
+                       GUARD: gl.constexpr, NW: gl.constexpr, RECOMPUTE: gl.constexpr,
+                       PREFETCH_Q: gl.constexpr):
         """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
         Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
         k - 1 (token ``tok[1 - role]``) and then passes its own token."""
@@ -362,11 +378,14 @@ if HAVE_GLUON:
         for tile in range(pid + role * nprog, n_tiles, 2 * nprog):
             # the other warpgroup's arrivals: its nth (role 1) or (nth - 1)-th (role 0)
             other = nth - 1 + role
+            next_tile = tile + 2 * nprog
+            if next_tile >= n_tiles:
+                next_tile = -1
             u = _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
                           sp_s, H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar,
                           kv_bar, tok.index(1 - role), other & 1, other >= 0, tok.index(role),
                           D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW,
-                          RECOMPUTE)
+                          RECOMPUTE, next_tile, PREFETCH_Q)
             nth += 1
 
     @gluon.jit
@@ -375,7 +394,8 @@ if HAVE_GLUON:
                               D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                               N_TILES: gl.constexpr, STAGES: gl.constexpr,
                               CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
-                              num_warps: gl.constexpr, RECOMPUTE: gl.constexpr = False):
+                              num_warps: gl.constexpr, RECOMPUTE: gl.constexpr = False,
+                              PREFETCH_Q: gl.constexpr = False):
         """Persistent programs of two warpgroups, each with its own buffers, taking the
         program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
         while the other computes (FlashAttention-3's ping-pong, with the stores in the place
@@ -393,11 +413,11 @@ if HAVE_GLUON:
             (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0, kvb0, tok,
                               D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
-                              RECOMPUTE)),
+                              RECOMPUTE, PREFETCH_Q)),
             (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1, kvb1, tok,
                               D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
-                              RECOMPUTE)),
+                              RECOMPUTE, PREFETCH_Q)),
         ], [num_warps], [REGS])
 
 
@@ -487,7 +507,7 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
         n_tiles = n_m * batch * num_heads
         grid = (min(n_tiles, _sm_count(q16.device)),)
         probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=pingpong_regs(cfg),
-                                    **meta)
+                                    PREFETCH_Q="q" in cfg, **meta)
     else:
         probs_staged_kernel[(n_m, batch * num_heads)](*descs, *args, **meta)
 

@@ -125,8 +125,24 @@ def bench(name, causal_check):
     return rep
 
 
+def ncu(name, cfgs):
+    """Each config once inside the profiled range (``ncu --profile-from-start off``), compiled
+    and warmed outside it."""
+    s, b = (int(t) for t in name.split("x"))
+    c = gqa_pack_bench.Case(s, b)
+    for cfg in cfgs:
+        staged(c, cfg)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for cfg in cfgs:
+        staged(c, cfg)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--ncu", default="", help="a case: profile the configs' launches once each")
     ap.add_argument("--cases", default="512x16,449x16,512x8,373x8,512x4,256x8,541x1,131x1")
     ap.add_argument("--causal", default="512x4,373x8")
     ap.add_argument("--out", default="")
@@ -138,6 +154,9 @@ def main():
         CONFIGS[:] = probs_staged.RECOMPUTE_CONFIGS
     if a.configs:
         CONFIGS[:] = [tuple(c) for c in eval(a.configs)]
+    if a.ncu:
+        ncu(a.ncu, CONFIGS)
+        return
     causal = set(a.causal.split(",")) if a.causal else set()
     reps = [bench(n, n in causal) for n in a.cases.split(",")]
     if a.out:

@@ -265,6 +265,8 @@ def staged_jobs():
                 consts["REGS"] = probs_staged.pingpong_regs(cfg)
             if "rc" in cfg:
                 consts["RECOMPUTE"] = True
+            if "q" in cfg:
+                consts["PREFETCH_Q"] = True
             kernel = "probs_pingpong_kernel" if pp else "probs_staged_kernel"
             jobs.append(_job(f"staged S{seq}{' causal' if causal else ''} {cfg}",
                              "inductor_gqa.kernels.probs_staged", kernel, types, consts, nw))
