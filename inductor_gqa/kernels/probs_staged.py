@@ -17,10 +17,6 @@ kernels share the row-tile code: ``probs_staged_kernel``, one row tile per progr
 take row tiles in turn, their loop 1s alternating so one's stores run while the other computes
 (FlashAttention-3's ping-pong, with the stores in the place of its second GEMM).
 
-An experiment rides along, not yet a tuner candidate: RECOMPUTE (``RECOMPUTE_CONFIGS``), the
-ping-pong for rows too long to stage, where loop 2 recomputes the scores as flash.py's MODE 2
-does (perf/experiments/probs_staged_bench.py --recompute measures it).
-
 The staged fp16 value is relative to the running max (in [0, 1]): its rounding (2^-11 relative
 at most, 2^-25 absolute below fp16's normal range) is below the error of the fp16 operand
 copies this runs on (the fp16-copies plans of float32 blocks under "high", where TF32 is
@@ -64,45 +60,21 @@ except ImportError:         # an older Triton: flash.py's passes are the only on
 LOG2E = 1.4426950408889634
 SMEM_PER_BLOCK = 232448     # bytes of shared memory one H100/H200 block may use
 
-# (BLOCK_M, BLOCK_N, warps, K/V stages[, "pp"][, "rc"]): the tuner's candidates, beside flash.py's
-# pair and MODE 3; "pp": the ping-pong kernel (two warpgroups of ``warps`` each, persistent);
-# "rc": RECOMPUTE (``_row_tile``), an experiment for long rows that is no candidate yet;
-# "rNNN": the ping-pong's second warpgroup gets NNN registers per thread (PINGPONG_REGS else)
+# (BLOCK_M, BLOCK_N, warps, K/V stages[, "pp"]): the tuner's candidates, beside flash.py's pair
+# and MODE 3; "pp": the ping-pong kernel (two warpgroups of ``warps`` each, persistent)
 # (H200, perf/experiments/probs_staged_bench.py: the ping-pong kernel with 128-key tiles is the
 # fastest at S in 256..512, the one-tile programs at B*H*S small)
 CONFIGS = [(64, 128, 4, 2), (64, 128, 4, 2, "pp"), (64, 64, 4, 3, "pp")]
 PINGPONG_REGS = 168         # registers per thread of the second warpgroup
-# the RECOMPUTE experiment's configs, for perf/experiments/probs_staged_bench.py --recompute and
-# the sm_90 compile check (not tuner candidates until measured)
-# ("r232": the second warpgroup's register budget; at 168 the RECOMPUTE loop spills on sm_90)
-RECOMPUTE_CONFIGS = [(64, 128, 4, 3, "pp", "rc", "r232"), (64, 64, 4, 3, "pp", "rc", "r232")]
 
 
 if HAVE_GLUON:
     @gluon.jit
     def _issue(u, t, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh,
-               D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               RECOMPUTE: gl.constexpr = False):
-        """Load t of a row tile's sequence (K tiles 0..n_comp-1, then V tiles; with RECOMPUTE
-        K and V of each key tile in turn after the K tiles), the u + t-th load of its warps'
-        ring."""
-        if RECOMPUTE:
-            if t < 3 * n_comp:
-                slot = (u + t) % STAGES
-                mbarrier.expect(kv_bar.index(slot), BLOCK_N * D * 2)
-                w = t - n_comp
-                if t < n_comp:
-                    tma.async_copy_global_to_shared(k_desc, [kv_row + t * BLOCK_N, kvh * D],
-                                                    kv_bar.index(slot), kv_smem.index(slot))
-                elif w % 2 == 0:
-                    tma.async_copy_global_to_shared(k_desc, [kv_row + (w // 2) * BLOCK_N,
-                                                             kvh * D],
-                                                    kv_bar.index(slot), kv_smem.index(slot))
-                else:
-                    tma.async_copy_global_to_shared(v_desc, [kv_row + (w // 2) * BLOCK_N,
-                                                             kvh * D],
-                                                    kv_bar.index(slot), kv_smem.index(slot))
-        elif t < 2 * n_comp:
+               D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+        """Load t of a row tile's sequence (K tiles 0..n_comp-1, then V tiles), the u + t-th
+        load of its warps' ring."""
+        if t < 2 * n_comp:
             slot = (u + t) % STAGES
             mbarrier.expect(kv_bar.index(slot), BLOCK_N * D * 2)
             if t < n_comp:
@@ -114,33 +86,17 @@ if HAVE_GLUON:
                                                 kv_bar.index(slot), kv_smem.index(slot))
 
     @gluon.jit
-    def _load_q(tile, q_desc, q_smem, q_bar, n_m, H, S, BLOCK_M: gl.constexpr, D: gl.constexpr):
-        """The q tile of row tile ``tile`` into q_smem, completing on q_bar."""
-        bh = tile // n_m
-        b = bh // H
-        mbarrier.expect(q_bar, BLOCK_M * D * 2)
-        tma.async_copy_global_to_shared(q_desc, [b * S + (tile % n_m) * BLOCK_M, (bh - b * H) * D],
-                                        q_bar, q_smem)
-
-    @gluon.jit
     def _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                   H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
                   tok_wait, tok_phase, tok_pred, tok_arrive,
                   D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr,
-                  RECOMPUTE: gl.constexpr = False, next_tile=-1,
-                  PREFETCH_Q: gl.constexpr = False):
+                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr):
         """One row tile (BLOCK_M query rows of one head): loop 1 stages p, loop 2 stores the
         probabilities and accumulates P @ V. ``u``: loads its warps' K/V ring took before;
         ``nth``: row tiles its warps did before (the q barrier's phase). With WS the loop 1s of
         the two warpgroups take turns (``tok_*``), so one's stores run under the other's
-        exponentials. Returns the ring's load count after this tile.
-
-        RECOMPUTE (an experiment for rows too long to stage, not among CONFIGS until measured):
-        loop 1 keeps only each row's max and sum, and loop 2 recomputes q @ k^T and the
-        exponentials as flash.py's MODE 2 does; the ping-pong then lets one warpgroup's
-        statistics run while the other stores."""
+        exponentials. Returns the ring's load count after this tile."""
         start_m = tile % n_m
         bh = tile // n_m
         b = bh // H
@@ -172,11 +128,11 @@ if HAVE_GLUON:
 
         # every warp is done with the previous tile's q, ring slots and staged tiles
         _block_barrier()
-        if not PREFETCH_Q or nth == 0:
-            _load_q(tile, q_desc, q_smem, q_bar, n_m, H, S, BLOCK_M, D)
+        mbarrier.expect(q_bar, BLOCK_M * D * 2)
+        tma.async_copy_global_to_shared(q_desc, [kv_row + m0, h * D], q_bar, q_smem)
         for i in gl.static_range(STAGES - 1):
             _issue(u, i, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D, BLOCK_N,
-                   STAGES, RECOMPUTE)
+                   STAGES)
 
         rows_s = m0 + gl.arange(0, BLOCK_M, layout=row_s)
         cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -192,7 +148,7 @@ if HAVE_GLUON:
             # every warp is past its wait on the MMA that read the slot refilled here
             _block_barrier()
             _issue(u, j + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
-                   BLOCK_N, STAGES, RECOMPUTE)
+                   BLOCK_N, STAGES)
             slot = (u + j) % STAGES
             mbarrier.wait(kv_bar.index(slot), ((u + j) // STAGES) & 1)
             k_t = kv_smem.index(slot).permute((1, 0))
@@ -211,9 +167,8 @@ if HAVE_GLUON:
             p = gl.exp2(gl.fma(s, qscale, -gl.expand_dims(m_u, 1)))
             l_i = l_i * gl.exp2(m_i - m_u) + gl.sum(p, 1)
             m_i = m_new
-            if not RECOMPUTE:
-                p_smem.index(j).store(p.to(gl.float16))
-                m_smem.index(j).store(m_u)
+            p_smem.index(j).store(p.to(gl.float16))
+            m_smem.index(j).store(m_u)
 
         # the row's log-sum-exp (base 2); a row with l == 0 (wholly masked) gives NaN, as eager
         lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
@@ -222,11 +177,6 @@ if HAVE_GLUON:
         # the staged tiles are read by other threads and by the MMA's async proxy
         fence_async_shared()
         _block_barrier()
-        if PREFETCH_Q:
-            # q is free once every warp is past loop 1's last MMA: the next tile's q loads
-            # under this tile's stores instead of after the next turn is granted
-            if next_tile >= 0:
-                _load_q(next_tile, q_desc, q_smem, q_bar, n_m, H, S, BLOCK_M, D)
         if WS:
             mbarrier.arrive(tok_arrive)
 
@@ -236,63 +186,25 @@ if HAVE_GLUON:
         p_rows = P + bh.to(gl.int64) * sp_bh + gl.expand_dims(rows_st.to(gl.int64) * sp_s, 1)
         o_zero = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
         acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
-        if RECOMPUTE:
-            # loop 2: q @ k^T and the exponentials again (flash.py's MODE 2), the normalized
-            # probabilities out, P @ V from them
-            p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-            lse2 = gl.expand_dims(lse, 1)
-            for j in range(n_comp):
-                t = n_comp + 2 * j
-                # every warp is past its wait on the MMA that read the slot refilled here
-                _block_barrier()
-                _issue(u, t + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh,
-                       D, BLOCK_N, STAGES, RECOMPUTE)
-                slot = (u + t) % STAGES
-                mbarrier.wait(kv_bar.index(slot), ((u + t) // STAGES) & 1)
-                k_t = kv_smem.index(slot).permute((1, 0))
-                s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
-                s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
-                n0 = j * BLOCK_N
-                if n0 + BLOCK_N > S:
-                    s = gl.where(gl.expand_dims(n0 + cols_s < S, 0), s, float("-inf"))
-                if CAUSAL:
-                    if n0 + BLOCK_N - 1 > m0:
-                        s = gl.where(gl.expand_dims(rows_s, 1) >= gl.expand_dims(n0 + cols_s, 0),
-                                     s, float("-inf"))
-                p = gl.exp2(gl.fma(s, qscale, -lse2))
-                cols = n0 + cols_st
-                gl.store(p_rows + gl.expand_dims(cols, 0), gl.convert_layout(p, st_layout),
-                         mask=row_ok & gl.expand_dims(cols < S, 0),
-                         eviction_policy="evict_first")
-                _block_barrier()
-                _issue(u, t + STAGES, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
-                       BLOCK_N, STAGES, RECOMPUTE)
-                vslot = (u + t + 1) % STAGES
-                mbarrier.wait(kv_bar.index(vslot), ((u + t + 1) // STAGES) & 1)
-                p16 = gl.convert_layout(p.to(gl.float16), p_op)
-                v_s = kv_smem.index(vslot)
-                acc = warpgroup_mma(p16, v_s, acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=(acc, p16, v_s))[0]
-        else:
-            # loop 2: the normalized probabilities out, P @ V from the staged tiles
-            for j in range(n_comp):
-                _block_barrier()
-                t = n_comp + j
-                _issue(u, t + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
-                       BLOCK_N, STAGES)
-                slot = (u + t) % STAGES
-                mbarrier.wait(kv_bar.index(slot), ((u + t) // STAGES) & 1)
-                p_j = p_smem.index(j)
-                v_s = kv_smem.index(slot)
-                pv_tok = warpgroup_mma(p_j, v_s, o_zero, use_acc=False, is_async=True)
-                f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
-                prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
-                cols = j * BLOCK_N + cols_st
-                gl.store(p_rows + gl.expand_dims(cols, 0), prob,
-                         mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
-                pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
-                f_o = gl.exp2(m_smem.index(j).load(row_o) - lse_o)
-                acc = acc + pv * gl.expand_dims(f_o, 1)
+        # loop 2: the normalized probabilities out, P @ V from the staged tiles
+        for j in range(n_comp):
+            _block_barrier()
+            t = n_comp + j
+            _issue(u, t + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+                   BLOCK_N, STAGES)
+            slot = (u + t) % STAGES
+            mbarrier.wait(kv_bar.index(slot), ((u + t) // STAGES) & 1)
+            p_j = p_smem.index(j)
+            v_s = kv_smem.index(slot)
+            pv_tok = warpgroup_mma(p_j, v_s, o_zero, use_acc=False, is_async=True)
+            f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
+            prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
+            cols = j * BLOCK_N + cols_st
+            gl.store(p_rows + gl.expand_dims(cols, 0), prob,
+                     mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
+            pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
+            f_o = gl.exp2(m_smem.index(j).load(row_o) - lse_o)
+            acc = acc + pv * gl.expand_dims(f_o, 1)
         if CAUSAL:
             zeros = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, st_layout)
             for j in range(n_comp, N_TILES):
@@ -315,13 +227,13 @@ if HAVE_GLUON:
                 bad = ((rmax > 0.0) & (rmax < FP16_MIN_NORMAL)) | (rmax >= 65504.0)
                 zero_i = gl.zeros_like(rows_o)
                 gl.atomic_max(FLAG + zero_i, zero_i + 1, mask=bad)
-        return u + (3 if RECOMPUTE else 2) * n_comp
+        return u + 2 * n_comp
 
     @gluon.jit
     def _smem(q_desc, k_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
               N_TILES: gl.constexpr, STAGES: gl.constexpr):
-        """One warpgroup's buffers: q tile, K/V ring, N_TILES staged fp16 tiles and their
-        maxima, and the barriers of the q and ring loads."""
+        """One warpgroup's buffers: q tile, K/V ring, staged fp16 tiles and their maxima, and
+        the barriers of the q and ring loads."""
         p_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N],
                                                                       gl.float16)
         m_shared: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
@@ -341,21 +253,19 @@ if HAVE_GLUON:
                             H, G, S, qscale,
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                            GUARD: gl.constexpr, num_warps: gl.constexpr,
-                            RECOMPUTE: gl.constexpr = False):
+                            GUARD: gl.constexpr, num_warps: gl.constexpr):
         """One row tile per program (grid: row tiles x B*H)."""
         if GUARD == 1:
             if gl.load(FLAG) != 0:
                 return
         n_m = gl.num_programs(0)
         tile = gl.program_id(1) * n_m + gl.program_id(0)
-        q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar = _smem(
-            q_desc, k_desc, BLOCK_M, BLOCK_N, D, 1 if RECOMPUTE else N_TILES, STAGES)
+        q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N,
+                                                               D, N_TILES, STAGES)
         _row_tile(tile, 0, 0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                   H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
                   q_bar, 0, False, q_bar,
-                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps,
-                  RECOMPUTE)
+                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps)
         mbarrier.invalidate(q_bar)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(kv_bar.index(i))
@@ -366,8 +276,7 @@ if HAVE_GLUON:
                        kv_bar, tok,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       GUARD: gl.constexpr, NW: gl.constexpr, RECOMPUTE: gl.constexpr,
-                       PREFETCH_Q: gl.constexpr):
+                       GUARD: gl.constexpr, NW: gl.constexpr):
         """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
         Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
         k - 1 (token ``tok[1 - role]``) and then passes its own token."""
@@ -378,14 +287,10 @@ if HAVE_GLUON:
         for tile in range(pid + role * nprog, n_tiles, 2 * nprog):
             # the other warpgroup's arrivals: its nth (role 1) or (nth - 1)-th (role 0)
             other = nth - 1 + role
-            next_tile = tile + 2 * nprog
-            if next_tile >= n_tiles:
-                next_tile = -1
             u = _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
                           sp_s, H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar,
                           kv_bar, tok.index(1 - role), other & 1, other >= 0, tok.index(role),
-                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW,
-                          RECOMPUTE, next_tile, PREFETCH_Q)
+                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW)
             nth += 1
 
     @gluon.jit
@@ -394,8 +299,7 @@ if HAVE_GLUON:
                               D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                               N_TILES: gl.constexpr, STAGES: gl.constexpr,
                               CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
-                              num_warps: gl.constexpr, RECOMPUTE: gl.constexpr = False,
-                              PREFETCH_Q: gl.constexpr = False):
+                              num_warps: gl.constexpr):
         """Persistent programs of two warpgroups, each with its own buffers, taking the
         program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
         while the other computes (FlashAttention-3's ping-pong, with the stores in the place
@@ -403,21 +307,18 @@ if HAVE_GLUON:
         if GUARD == 1:
             if gl.load(FLAG) != 0:
                 return
-        N_STAGED: gl.constexpr = 1 if RECOMPUTE else N_TILES
-        q0, kv0, p0, mx0, qb0, kvb0 = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N, D, N_STAGED, STAGES)
-        q1, kv1, p1, mx1, qb1, kvb1 = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N, D, N_STAGED, STAGES)
+        q0, kv0, p0, mx0, qb0, kvb0 = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N, D, N_TILES, STAGES)
+        q1, kv1, p1, mx1, qb1, kvb1 = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N, D, N_TILES, STAGES)
         tok = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         mbarrier.init(tok.index(0), count=1)
         mbarrier.init(tok.index(1), count=1)
         gl.warp_specialize([
             (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0, kvb0, tok,
-                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
-                              RECOMPUTE, PREFETCH_Q)),
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
             (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1, kvb1, tok,
-                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
-                              RECOMPUTE, PREFETCH_Q)),
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
         ], [num_warps], [REGS])
 
 
@@ -432,10 +333,7 @@ def available(device: torch.device) -> bool:
 def smem_bytes(seq, head_dim, cfg) -> int:
     """Shared memory of one program: q tile, K/V ring, staged fp16 tiles and their maxima."""
     block_m, block_n, _, stages = cfg[:4]
-    if "rc" in cfg:     # RECOMPUTE: one staged tile's worth, which holds the stores' relayout
-        n_tiles = 2
-    else:
-        n_tiles = cdiv(seq, block_n)
+    n_tiles = cdiv(seq, block_n)
     one = (2 * block_m * head_dim + 2 * stages * block_n * head_dim
            + n_tiles * block_m * (2 * block_n + 4) + 8 * (stages + 1))
     return 2 * one + 16 if "pp" in cfg else one
@@ -456,13 +354,6 @@ def candidates(q16, k16, v16, seq, head_dim, mask_kind, scale):
         return []
     return [("staged",) + c for c in CONFIGS
             if supported(q16, k16, v16, seq, head_dim, mask_kind, scale, c)]
-
-
-def pingpong_regs(cfg) -> int:
-    """The ping-pong's second-warpgroup register budget: a config's "rNNN" flag, or
-    PINGPONG_REGS."""
-    return next((int(f[1:]) for f in cfg[4:] if isinstance(f, str) and f[:1] == "r"
-                 and f[1:].isdigit()), PINGPONG_REGS)
 
 
 def _desc(t2d, block):
@@ -501,13 +392,10 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
     n_m = cdiv(seq, block_m)
     meta = dict(D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=cdiv(seq, block_n),
                 STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps)
-    if "rc" in cfg:     # the RECOMPUTE experiment (never among CONFIGS until measured)
-        meta["RECOMPUTE"] = True
     if pingpong:
         n_tiles = n_m * batch * num_heads
         grid = (min(n_tiles, _sm_count(q16.device)),)
-        probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=pingpong_regs(cfg),
-                                    PREFETCH_Q="q" in cfg, **meta)
+        probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=PINGPONG_REGS, **meta)
     else:
         probs_staged_kernel[(n_m, batch * num_heads)](*descs, *args, **meta)
 

@@ -15,13 +15,12 @@ Outcome (perf/results/nvidia-h200/runs/profiles/README.md, "Round of a9f312f..53
 tile per program is no faster than the pair; the ping-pong kernel (two warpgroups taking turns)
 takes 512x16 to 110 us, 449x16 to 119, 373x8 to 40, 512x8 to 55, limited by its score loop.
 
-Ready to measure (``--recompute --cases 4096x1,2048x1,1024x2 --causal 1024x2``): the ping-pong
-kernel with RECOMPUTE, for rows too long to stage. Loop 1 keeps only the row statistics and
-loop 2 recomputes q @ k^T and the exponentials (flash.py's MODE 2), so one warpgroup's
-statistics run while the other stores. Prediction: co-resident stats/probabilities programs
-without turns saved at most 8% (docs note 20); with the turns that won at S <= 512, the
-attention at 4096x1 goes from ~414 us (116 + 298) towards the 230 us store floor, 300-340 if
-the exponentials of both loops fit under the stores.
+Measured and dropped (runs/profiles/README.md, "Round of d6f3097"): RECOMPUTE, the ping-pong for
+rows too long to stage (loop 2 recomputing the scores as flash.py's MODE 2), 434 us at 4096x1
+against 417 for the pair; an early token (the other warpgroup's loop 1 starting after N key
+tiles of this one's); PREFETCH_Q (the next row tile's q loaded under the stores). The kernels are
+in git history at d6f3097. ``--ncu CASE`` profiles the configs' launches (warp-stall samples of
+the ping-pong at 512x16 are in that round).
 """
 import argparse
 import json
@@ -147,11 +146,7 @@ def main():
     ap.add_argument("--causal", default="512x4,373x8")
     ap.add_argument("--out", default="")
     ap.add_argument("--configs", default="")
-    ap.add_argument("--recompute", action="store_true",
-                    help="time probs_staged.RECOMPUTE_CONFIGS (long rows) instead of CONFIGS")
     a = ap.parse_args()
-    if a.recompute:
-        CONFIGS[:] = probs_staged.RECOMPUTE_CONFIGS
     if a.configs:
         CONFIGS[:] = [tuple(c) for c in eval(a.configs)]
     if a.ncu:

@@ -236,8 +236,7 @@ def epilogue_jobs():
 
 def staged_jobs():
     """kernels/probs_staged.py's Gluon kernels (one row tile per program, and the ping-pong
-    kernel) for every candidate config, at an aligned and a ragged S, causal and not, and its
-    RECOMPUTE experiment's configs at long rows."""
+    kernel) for every candidate config, at an aligned and a ragged S, causal and not."""
     from inductor_gqa.kernels import probs_staged
 
     if not probs_staged.HAVE_GLUON:
@@ -246,12 +245,10 @@ def staged_jobs():
 
     jobs = []
     d = 64
-    shapes = {cfg: ((512, False), (449, False), (373, True)) for cfg in probs_staged.CONFIGS}
-    shapes.update({cfg: ((4096, False), (1024, True)) for cfg in probs_staged.RECOMPUTE_CONFIGS})
-    for cfg, cases in shapes.items():
+    for cfg in probs_staged.CONFIGS:
         bm, bn, nw, stages = cfg[:4]
         pp = "pp" in cfg
-        for seq, causal in cases:
+        for seq, causal in ((512, False), (449, False), (373, True)):
             if probs_staged.smem_bytes(seq, d, cfg) > SMEM_PER_BLOCK:
                 continue
             desc = {}
@@ -262,11 +259,7 @@ def staged_jobs():
             consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=-(-seq // bn), STAGES=stages,
                           CAUSAL=causal, GUARD=1, num_warps=nw)
             if pp:
-                consts["REGS"] = probs_staged.pingpong_regs(cfg)
-            if "rc" in cfg:
-                consts["RECOMPUTE"] = True
-            if "q" in cfg:
-                consts["PREFETCH_Q"] = True
+                consts["REGS"] = probs_staged.PINGPONG_REGS
             kernel = "probs_pingpong_kernel" if pp else "probs_staged_kernel"
             jobs.append(_job(f"staged S{seq}{' causal' if causal else ''} {cfg}",
                              "inductor_gqa.kernels.probs_staged", kernel, types, consts, nw))

@@ -76,15 +76,3 @@ def test_hopper_only(monkeypatch, major, ok):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (major, 0))
     got = probs_staged.available(torch.device("cuda", 0))
     assert got == (ok and probs_staged.HAVE_GLUON)
-
-
-def test_recompute_is_an_experiment_not_a_candidate():
-    # RECOMPUTE (rows too long to stage) is measured by perf/experiments/probs_staged_bench.py
-    # before it may join the tuner's candidates
-    assert not set(probs_staged.RECOMPUTE_CONFIGS) & set(probs_staged.CONFIGS)
-    assert all("rc" not in c for c in probs_staged.CONFIGS)
-    q, k, v = _copies(s=4096)
-    cfg = probs_staged.RECOMPUTE_CONFIGS[0]
-    # nothing is staged: its shared memory does not grow with S
-    assert probs_staged.smem_bytes(4096, 64, cfg) == probs_staged.smem_bytes(512, 64, cfg)
-    assert probs_staged.supported(q, k, v, 4096, 64, 0, 1.0, cfg)
