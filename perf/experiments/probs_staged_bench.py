@@ -17,10 +17,11 @@ takes 512x16 to 110 us, 449x16 to 119, 373x8 to 40, 512x8 to 55, limited by its 
 
 Measured and dropped (runs/profiles/README.md, "Round of d6f3097"): RECOMPUTE, the ping-pong for
 rows too long to stage (loop 2 recomputing the scores as flash.py's MODE 2), 434 us at 4096x1
-against 417 for the pair; an early token (the other warpgroup's loop 1 starting after N key
-tiles of this one's); PREFETCH_Q (the next row tile's q loaded under the stores). The kernels are
-in git history at d6f3097. ``--ncu CASE`` profiles the configs' launches (warp-stall samples of
-the ping-pong at 512x16 are in that round).
+against 417 for the pair; PREFETCH_Q (the next row tile's q loaded under the stores), no gain;
+both are in git history at d6f3097. Also measured, as uncommitted diffs described there: an
+early token (the other warpgroup's loop 1 starting after N key tiles of this one's) and SPLIT
+(loop 1's row reductions as two chains). ``--ncu CASE`` profiles the configs' launches
+(warp-stall samples of the ping-pong at 512x16 are in that round).
 """
 import argparse
 import json
