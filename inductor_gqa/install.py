@@ -46,9 +46,19 @@ def installed(options: Optional[Options] = None):
 
 
 def inductor_gqa_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
-    """``torch.compile(model, backend="inductor_gqa")``: stock Inductor plus our pass."""
+    """``torch.compile(model, backend="inductor_gqa")``: stock Inductor plus our pass.
+
+    ``mode=`` means what it means for stock Inductor (``torch._inductor.list_mode_options``):
+    "reduce-overhead" replays the compiled graph, our op's launches included, as a CUDA graph.
+    ``options=`` are this package's ``Options`` (torch.compile takes one of the two)."""
+    from torch._inductor import list_mode_options
     from torch._inductor.compile_fx import compile_fx
 
     options = as_options(kwargs.pop("options", None))
-    p = AttentionBlockPass(options, chain=_prior_pass())
-    return compile_fx(gm, example_inputs, config_patches={"joint_custom_pre_pass": p})
+    mode = kwargs.pop("mode", None)
+    if kwargs:
+        raise TypeError(f"inductor_gqa backend: unexpected arguments {sorted(kwargs)}; it takes "
+                        "mode= (as stock Inductor) or options= (inductor_gqa.Options)")
+    patches = dict(list_mode_options(mode)) if mode else {}
+    patches["joint_custom_pre_pass"] = AttentionBlockPass(options, chain=_prior_pass())
+    return compile_fx(gm, example_inputs, config_patches=patches)

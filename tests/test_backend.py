@@ -1,0 +1,65 @@
+"""The backend's torch.compile arguments: ``mode=`` as stock Inductor reads it, ``options=`` ours,
+anything else refused (an argument that is silently dropped would look like it worked)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from inductor_gqa.graph_pass import AttentionBlockPass
+from inductor_gqa.install import inductor_gqa_backend
+
+
+def _patches(monkeypatch, **kwargs):
+    seen = {}
+
+    def fake_compile_fx(gm, example_inputs, config_patches=None):
+        seen.update(config_patches)
+        return gm.forward
+
+    monkeypatch.setattr("torch._inductor.compile_fx.compile_fx", fake_compile_fx)
+    gm = torch.fx.symbolic_trace(lambda x: x * 2)
+    inductor_gqa_backend(gm, [torch.ones(2)], **kwargs)
+    return seen
+
+
+def test_mode_patches_inductor_as_stock_does(monkeypatch):
+    seen = _patches(monkeypatch, mode="reduce-overhead")
+    assert seen["triton.cudagraphs"] is True
+    assert isinstance(seen["joint_custom_pre_pass"], AttentionBlockPass)
+    seen = _patches(monkeypatch, mode="max-autotune-no-cudagraphs")
+    assert seen["max_autotune"] is True and "triton.cudagraphs" not in seen
+    assert set(_patches(monkeypatch)) == {"joint_custom_pre_pass"}
+
+
+def test_options_reach_the_pass(monkeypatch):
+    seen = _patches(monkeypatch, options={"rope_from_positions": False})
+    assert seen["joint_custom_pre_pass"].options.rope_from_positions is False
+
+
+def test_bad_arguments_are_refused(monkeypatch):
+    with pytest.raises(RuntimeError, match="Unrecognized mode"):
+        _patches(monkeypatch, mode="fastest")
+    with pytest.raises(TypeError, match="unexpected arguments"):
+        _patches(monkeypatch, fullgraph=True)
+
+
+def test_reduce_overhead_compiles_and_fuses_on_cpu():
+    # CUDA graphs do not apply to CPU tensors: the mode must still compile, fuse and match
+    def block(x, wq, wk, wv, wo):
+        b, s, _ = x.shape
+        q = F.linear(x, wq).view(b, s, 4, 16).transpose(1, 2)
+        k = F.linear(x, wk).view(b, s, 2, 16).transpose(1, 2)
+        v = F.linear(x, wv).view(b, s, 2, 16).transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return F.linear(o.transpose(1, 2).reshape(b, s, 64), wo)
+
+    torch.manual_seed(0)
+    args = [torch.randn(2, 5, 32), torch.randn(64, 32), torch.randn(32, 32),
+            torch.randn(32, 32), torch.randn(32, 64)]
+    torch._dynamo.reset()
+    from torch._dynamo.utils import counters
+    counters["inductor_gqa"].clear()
+    with torch.no_grad():
+        out = torch.compile(block, backend="inductor_gqa", mode="reduce-overhead")(*args)
+        torch.testing.assert_close(out, block(*args), rtol=1e-5, atol=1e-5)
+    assert counters["inductor_gqa"]["blocks_fused"] == 1
