@@ -48,6 +48,9 @@ def main():
     p.add_argument("--cases", default="W075-high:131x1,W075-high:512x4,W075-high:2048x1,"
                                       "W092:128x1,W092:512x2")
     p.add_argument("--impls", default=",".join(IMPLS))
+    p.add_argument("--form", default="fn", choices=("fn", "module"),
+                   help="module: the nn.Module form, weights as parameters (not copied by "
+                        "CUDA-graph trees)")
     p.add_argument("--out", default="")
     a = p.parse_args()
     rows = []
@@ -63,28 +66,37 @@ def main():
         torch.set_float32_matmul_precision(prec if w.dtype == torch.float32 else "highest")
         for impl in a.impls.split(","):
             torch._dynamo.reset()
-            fn = torch.compile(w.fn, **IMPLS[impl])
+            mod = bench.make_module(w, dev) if a.form == "module" else None
+            fn = torch.compile(mod if mod is not None else w.fn, **IMPLS[impl])
+
+            def call(inputs):
+                if mod is None:
+                    return fn(**inputs)
+                return fn(*bench.load_module(mod, w, inputs))
+
             for i, (s, b) in enumerate(cases):
                 inp = bench.make_inputs(w, s, b, dev, seed=0)
                 if i == 0:
                     bench.mark_dynamic(inp, w, "backed")
+                args = bench.load_module(mod, w, inp) if mod is not None else None
+                run = (lambda: fn(*args)) if mod is not None else (lambda: fn(**inp))
                 t0 = time.perf_counter()
                 with torch.no_grad():
                     for _ in range(3):
-                        fn(**inp)
+                        run()
                 torch.cuda.synchronize()
                 first = time.perf_counter() - t0
                 with torch.no_grad():
-                    plain = bench.plain_time_us(lambda: fn(**inp), runs=15)
-                    loop = loop_us(lambda: fn(**inp))
+                    plain = bench.plain_time_us(run, runs=15)
+                    loop = loop_us(run)
                     checks = []
                     for seed in (1, 2):
                         fresh = bench.make_inputs(w, s, b, dev, seed=seed)
-                        outs = bench.as_tuple(fn(**fresh))
+                        outs = bench.as_tuple(call(fresh))
                         outs = tuple(o.clone() for o in outs)
                         checks.append(bench.check_outputs(w, s, b, outs,
                                                           bench.reference(w, fresh)))
-                row = dict(case=f"{wname}-{prec}:{s}x{b}",
+                row = dict(case=f"{wname}-{prec}:{s}x{b}", form=a.form,
                            impl=impl, plain_us=plain, loop_us=loop, warm_s=first,
                            passed=all(c["passed"] for c in checks),
                            min_frac=min(min(c["fracs"]) for c in checks))
@@ -92,7 +104,7 @@ def main():
                 print(json.dumps(row), flush=True)
     if a.out:
         with open(a.out, "w") as f:
-            json.dump(dict(torch=torch.__version__, rows=rows), f, indent=1)
+            json.dump(dict(torch=torch.__version__, form=a.form, rows=rows), f, indent=1)
     print("\ncase                 " + " ".join(f"{i:>18}" for i in a.impls.split(",")))
     for case in dict.fromkeys(r["case"] for r in rows):
         cells = []
