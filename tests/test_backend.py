@@ -3,10 +3,10 @@ anything else refused (an argument that is silently dropped would look like it w
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from inductor_gqa.graph_pass import AttentionBlockPass
 from inductor_gqa.install import inductor_gqa_backend
+from tiny_block import block, block_args
 
 
 def _patches(monkeypatch, **kwargs):
@@ -45,17 +45,8 @@ def test_bad_arguments_are_refused(monkeypatch):
 
 def test_reduce_overhead_compiles_and_fuses_on_cpu():
     # CUDA graphs do not apply to CPU tensors: the mode must still compile, fuse and match
-    def block(x, wq, wk, wv, wo):
-        b, s, _ = x.shape
-        q = F.linear(x, wq).view(b, s, 4, 16).transpose(1, 2)
-        k = F.linear(x, wk).view(b, s, 2, 16).transpose(1, 2)
-        v = F.linear(x, wv).view(b, s, 2, 16).transpose(1, 2)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        return F.linear(o.transpose(1, 2).reshape(b, s, 64), wo)
-
     torch.manual_seed(0)
-    args = [torch.randn(2, 5, 32), torch.randn(64, 32), torch.randn(32, 32),
-            torch.randn(32, 32), torch.randn(32, 64)]
+    args = block_args()
     torch._dynamo.reset()
     from torch._dynamo.utils import counters
     counters["inductor_gqa"].clear()

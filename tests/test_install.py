@@ -7,17 +7,9 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-USER_CODE = r"""
-import torch, torch.nn.functional as F
-def block(x, wq, wk, wv, wo):
-    b, s, _ = x.shape
-    q = F.linear(x, wq).view(b, s, 4, 16).transpose(1, 2)
-    k = F.linear(x, wk).view(b, s, 2, 16).transpose(1, 2)
-    v = F.linear(x, wv).view(b, s, 2, 16).transpose(1, 2)
-    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    return F.linear(o.transpose(1, 2).reshape(b, s, 64), wo)
-args = [torch.randn(2, 5, 32), torch.randn(64, 32), torch.randn(32, 32), torch.randn(32, 32),
-        torch.randn(32, 64)]
+# the user's script: tiny_block.py's source, then a compile with the backend named by string
+USER_CODE = (pathlib.Path(__file__).with_name("tiny_block.py").read_text() + r"""
+args = block_args()
 with torch.no_grad():
     out = torch.compile(block, backend="inductor_gqa")(*args)
     torch.testing.assert_close(out, block(*args), rtol=1e-5, atol=1e-5)
@@ -25,7 +17,7 @@ import sys, inductor_gqa
 from torch._dynamo.utils import counters
 print(inductor_gqa.__file__)
 print(dict(counters["inductor_gqa"]))
-"""
+""")
 
 
 def test_installed_wheel_entry_point_and_patterns(tmp_path):
