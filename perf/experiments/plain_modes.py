@@ -20,7 +20,7 @@ import time
 
 import torch
 
-import inductor_gqa  # noqa: F401  (registers the backend)
+import inductor_gqa
 from inductor_gqa import workloads as wl
 from perf import bench
 
@@ -29,6 +29,8 @@ IMPLS = {
     "stock-ro": dict(backend="inductor", mode="reduce-overhead"),
     "ours": dict(backend="inductor_gqa"),
     "ours-ro": dict(backend="inductor_gqa", mode="reduce-overhead"),
+    # inductor_gqa.install() and stock torch.compile: our pass inside stock Inductor's modes
+    "install-ro": dict(backend="inductor", mode="reduce-overhead"),
 }
 
 
@@ -47,7 +49,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--cases", default="W075-high:131x1,W075-high:512x4,W075-high:2048x1,"
                                       "W092:128x1,W092:512x2")
-    p.add_argument("--impls", default=",".join(IMPLS))
+    p.add_argument("--impls", default="stock,stock-ro,ours,ours-ro")
     p.add_argument("--form", default="fn", choices=("fn", "module"),
                    help="module: the nn.Module form, weights as parameters (not copied by "
                         "CUDA-graph trees)")
@@ -66,6 +68,10 @@ def main():
         torch.set_float32_matmul_precision(prec if w.dtype == torch.float32 else "highest")
         for impl in a.impls.split(","):
             torch._dynamo.reset()
+            if impl.startswith("install"):
+                inductor_gqa.install()
+            else:
+                inductor_gqa.uninstall()
             mod = bench.make_module(w, dev) if a.form == "module" else None
             fn = torch.compile(mod if mod is not None else w.fn, **IMPLS[impl])
 
