@@ -63,6 +63,10 @@ def main():
         s, b = (int(v) for v in shape.split("x"))
         by_workload.setdefault((wname, prec or "highest"), []).append((s, b))
     dev = torch.device("cuda")
+    # the pass runs on every compile (a cache hit would skip it and leave the counters empty)
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
+    from torch._dynamo.utils import counters
     for (wname, prec), cases in by_workload.items():
         w = wl.WORKLOADS[wname]
         torch.set_float32_matmul_precision(prec if w.dtype == torch.float32 else "highest")
@@ -72,6 +76,7 @@ def main():
                 inductor_gqa.install()
             else:
                 inductor_gqa.uninstall()
+            counters["inductor_gqa"].clear()
             mod = bench.make_module(w, dev) if a.form == "module" else None
             fn = torch.compile(mod if mod is not None else w.fn, **IMPLS[impl])
 
@@ -103,7 +108,8 @@ def main():
                         checks.append(bench.check_outputs(w, s, b, outs,
                                                           bench.reference(w, fresh)))
                 row = dict(case=f"{wname}-{prec}:{s}x{b}", form=a.form,
-                           impl=impl, plain_us=plain, loop_us=loop, warm_s=first,
+                           impl=impl, fused=counters["inductor_gqa"]["blocks_fused"] > 0,
+                           plain_us=plain, loop_us=loop, warm_s=first,
                            passed=all(c["passed"] for c in checks),
                            min_frac=min(min(c["fracs"]) for c in checks))
                 rows.append(row)
