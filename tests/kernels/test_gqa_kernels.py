@@ -719,3 +719,43 @@ def test_cached_staged_choice_outside_its_scope_runs_the_pair(tf32_allowed, monk
     assert picked
     _close_high(out, ref, 2e-3)
     _close_high(p, ref_p, 2e-3)
+
+
+@pytest.mark.parametrize("case", ["plain", "late_max", "first_tile_masked", "rows_masked"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_lazy_stats_match_online(case, causal):
+    """flash.py's LAZY stats pass (exponentials against the first key tile's row maximum, the
+    sum rescaled once) stores what the online pass stores: the same row maxima, sums within
+    float32 rounding; also when a later tile's maximum is far above the first's (the redo
+    path), when a row's first key tile is wholly masked, and for wholly masked rows."""
+    from inductor_gqa.kernels import flash
+    b, s, h, hk, d = 1, 40, 2, 1, 16
+    g = torch.Generator().manual_seed(1)
+    q, k = (torch.randn(b * s, n * d, generator=g) for n in (h, hk))
+    v = torch.randn(b * s, hk * d, generator=g)
+    mask = None
+    if case == "late_max":          # scores ~ +-200 (log2 units) past the first key tile
+        k[16:] *= 60.0
+    if case in ("first_tile_masked", "rows_masked"):
+        mask = torch.ones(b, h, s, s, dtype=torch.bool)
+        if case == "first_tile_masked":
+            mask[..., :16] = False
+        else:
+            mask[:, :, 5] = False
+    mk = flash.MASK_CODES["bool_keep" if mask is not None else "none"]
+    res = {}
+    for lazy in (False, True):
+        ml = torch.full((b * h * s * 2,), float("nan"))
+        o = torch.empty(b, s, h * d)
+        flash.launch((q, (s * h * d, d, h * d)), (k, (s * hk * d, d, hk * d)),
+                     (v, (s * hk * d, d, hk * d, 1)), o, None, mask, ml, b, s, h, h // hk, d,
+                     1.0, 0.0, causal, mk, 1, "ieee", False, 16, 16, 4, 1, lazy=lazy)
+        res[lazy] = ml.view(-1, 2)
+    m0, l0 = res[False].unbind(1)
+    m1, l1 = res[True].unbind(1)
+    assert torch.equal(m0, m1)
+    fin = torch.isfinite(l0)
+    assert torch.equal(fin, torch.isfinite(l1)) and torch.equal(l0.isnan(), l1.isnan())
+    torch.testing.assert_close(l1[fin], l0[fin], rtol=1e-5, atol=0)
+    if case == "rows_masked":
+        assert (l1.view(h, s)[:, 5] == 0).all()
