@@ -385,7 +385,8 @@ def _attention_tile(
             else:
                 acc += tl.dot(p_out.to(V.dtype.element_ty), v, input_precision=PREC)
         elif LAZY:
-            m_i = tl.maximum(m_i, _row_max(t, qscale, EXP_SCALE))
+            if LAZY == 1:
+                m_i = tl.maximum(m_i, _row_max(t, qscale, EXP_SCALE))
             l_i += tl.sum(tl.exp2(_shifted(t, c, qscale, EXP_SCALE)), 1)
         else:
             m_new = tl.maximum(m_i, _row_max(t, qscale, EXP_SCALE))
@@ -402,7 +403,28 @@ def _attention_tile(
                                   input_precision=PREC)
                 else:
                     acc += tl.dot(p.to(V.dtype.element_ty), v, input_precision=PREC)
-    if LAZY:
+    if LAZY == 2:
+        # no running maximum at all: the probabilities pass needs only c + log2(l), so (c, l)
+        # is stored. l >= 1 (the first tile's maximum contributes 2^0) unless that tile was
+        # wholly masked; a sum out of [2^-60, 2^100] (or NaN) may have lost terms or
+        # overflowed: the program then runs the online loop again for exact statistics
+        bad = ~((l_i >= 2.0 ** -60) & (l_i <= 2.0 ** 100))
+        if tl.max(bad.to(tl.int32), 0) != 0:
+            m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+            l_i = tl.zeros([BLOCK_M], tl.float32)
+            for start_n in range(0, hi, BLOCK_N):
+                offs_n = start_n + offs_nb
+                t = _scores(_qk(q, k_base, sk_s, offs_n, S, d_ok, PREC, UPCAST), offs_m, offs_n,
+                            m0, start_n, S, qscale, MASK, mrow_off, sm_k, mask_fill, CAUSAL,
+                            MASK_KIND, PRESCALED, EXP_SCALE, EVEN_N)
+                m_new = tl.maximum(m_i, _row_max(t, qscale, EXP_SCALE))
+                m_u = tl.where(m_new == float("-inf"), 0.0, m_new)
+                l_i = (l_i * tl.exp2(m_i - m_u)
+                       + tl.sum(tl.exp2(_shifted(t, m_u, qscale, EXP_SCALE)), 1))
+                m_i = m_new
+        else:
+            m_i = c
+    elif LAZY:
         m_u = tl.where(m_i == float("-inf"), 0.0, m_i)
         far = tl.abs(m_u - c) > LAZY_LIMIT
         if tl.max(far.to(tl.int32), 0) != 0:
@@ -492,5 +514,5 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         MASK_KIND=mask_kind, MODE=mode, PREC=prec, UPCAST=upcast, V_KMAJOR=bool(v_kmajor),
         PIPELINE=bool(pipeline), GUARD=int(guard), GP=int(gp),
         FOLD=mask_kind == 0 and float(scale) > 0, EVEN_N=seq % block_n == 0 and not align4,
-        ALIGN4=align4, PERSIST=persist, N_BH=n_bh, LAZY=bool(lazy) and mode == 1,
+        ALIGN4=align4, PERSIST=persist, N_BH=n_bh, LAZY=int(lazy) if mode == 1 else 0,
         num_warps=num_warps, num_stages=num_stages)
