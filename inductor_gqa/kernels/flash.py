@@ -60,9 +60,6 @@ MASK_CODES = {"none": 0, "bool_keep": 1, "bool_fill": 2, "additive": 3}
 LOG2E = 1.4426950408889634
 _FLT_MAX = 3.4028234663852886e38
 FLT_MAX = tl.constexpr(_FLT_MAX)
-# LAZY: how far (log2 units) a row's maximum may end from the offset its exponentials used;
-# 2^64 per term keeps any row's sum finite in float32
-LAZY_LIMIT = tl.constexpr(64.0)
 
 
 def log2_units(x: float) -> float:
@@ -176,8 +173,7 @@ def gqa_attention_kernel(
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr = 1,
         FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False,
-        ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1,
-        LAZY: tl.constexpr = False):
+        ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1):
     if GUARD == 1:
         if tl.load(FLAG) != 0:
             return
@@ -195,14 +191,14 @@ def gqa_attention_kernel(
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                         qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                         MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                        ALIGN4, LAZY)
+                        ALIGN4)
     else:
         _tile_modes(tl.program_id(0), tl.program_id(1), Q, K, V, O, P, MASK, ML, FLAG,
                     sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                     so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                     qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                     MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                    ALIGN4, LAZY)
+                    ALIGN4)
 
 
 @triton.jit
@@ -215,7 +211,7 @@ def _tile_modes(
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr,
-        ALIGN4: tl.constexpr, LAZY: tl.constexpr):
+        ALIGN4: tl.constexpr):
     # MODE 4: MODE 1 then MODE 2 on the same row tile (a tile's probabilities need only its own
     # rows' statistics), for the guarded fallback: one launch instead of two; the barriers make
     # the statistics one thread stored visible to the thread that reads them, and keep a looping
@@ -228,7 +224,7 @@ def _tile_modes(
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                         qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                         pass_mode, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                        ALIGN4, LAZY and pass_mode == 1)
+                        ALIGN4)
         if MODE == 4:
             tl.debug_barrier()
 
@@ -243,7 +239,7 @@ def _attention_tile(
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr,
-        ALIGN4: tl.constexpr, LAZY: tl.constexpr):
+        ALIGN4: tl.constexpr):
     # MR query positions per program; with GP > 1 its BLOCK_M rows are GP query heads of one KV
     # head (head-major blocks of MR rows), so each K/V tile it loads serves all of them
     MR: tl.constexpr = BLOCK_M // GP
@@ -321,24 +317,9 @@ def _attention_tile(
         if MODE >= 2:
             p_row = (P + b64 * sp_b + hcol.to(tl.int64) * sp_h
                      + offs_m[:, None].to(tl.int64) * sp_s)
-    lo = 0
-    if LAZY:
-        # the stats pass with a fixed offset: c, the first key tile's row maximum, is subtracted
-        # from every later score, so a tile's exponentials need not wait for its own maximum
-        # (the running maximum is kept beside them); the sum is rescaled to the true maximum
-        # once at the end. A row whose maximum ends more than LAZY_LIMIT (log2 units) from c
-        # may have overflowed (or lost its terms): its program sums again against the true max.
-        tl.static_assert(MODE == 1 and not PIPELINE and not ALIGN4)
-        t = _scores(_qk(q, k_base, sk_s, offs_nb, S, d_ok, PREC, UPCAST), offs_m, offs_nb, m0, 0,
-                    S, qscale, MASK, mrow_off, sm_k, mask_fill, CAUSAL, MASK_KIND, PRESCALED,
-                    EXP_SCALE, EVEN_N)
-        m_i = _row_max(t, qscale, EXP_SCALE)
-        c = tl.where(m_i == float("-inf"), 0.0, m_i)
-        l_i = tl.sum(tl.exp2(_shifted(t, c, qscale, EXP_SCALE)), 1)
-        lo = BLOCK_N
     if PIPELINE:
         s_next = _qk(q, k_base, sk_s, offs_nb - DELTA, S, d_ok, PREC, UPCAST, ALIGN4)
-    for start_n in range(lo, hi, BLOCK_N):
+    for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n - DELTA + offs_nb
         if EVEN_N:
             n_ok = tl.full([BLOCK_N], 1, tl.int1)
@@ -384,10 +365,6 @@ def _attention_tile(
                 acc += tl.dot(p_out.to(tl.float32), v.to(tl.float32), input_precision=PREC)
             else:
                 acc += tl.dot(p_out.to(V.dtype.element_ty), v, input_precision=PREC)
-        elif LAZY:
-            if LAZY == 1:
-                m_i = tl.maximum(m_i, _row_max(t, qscale, EXP_SCALE))
-            l_i += tl.sum(tl.exp2(_shifted(t, c, qscale, EXP_SCALE)), 1)
         else:
             m_new = tl.maximum(m_i, _row_max(t, qscale, EXP_SCALE))
             m_u = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -403,41 +380,6 @@ def _attention_tile(
                                   input_precision=PREC)
                 else:
                     acc += tl.dot(p.to(V.dtype.element_ty), v, input_precision=PREC)
-    if LAZY == 2:
-        # no running maximum at all: the probabilities pass needs only c + log2(l), so (c, l)
-        # is stored. l >= 1 (the first tile's maximum contributes 2^0) unless that tile was
-        # wholly masked; a sum out of [2^-60, 2^100] (or NaN) may have lost terms or
-        # overflowed: the program then runs the online loop again for exact statistics
-        bad = ~((l_i >= 2.0 ** -60) & (l_i <= 2.0 ** 100))
-        if tl.max(bad.to(tl.int32), 0) != 0:
-            m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-            l_i = tl.zeros([BLOCK_M], tl.float32)
-            for start_n in range(0, hi, BLOCK_N):
-                offs_n = start_n + offs_nb
-                t = _scores(_qk(q, k_base, sk_s, offs_n, S, d_ok, PREC, UPCAST), offs_m, offs_n,
-                            m0, start_n, S, qscale, MASK, mrow_off, sm_k, mask_fill, CAUSAL,
-                            MASK_KIND, PRESCALED, EXP_SCALE, EVEN_N)
-                m_new = tl.maximum(m_i, _row_max(t, qscale, EXP_SCALE))
-                m_u = tl.where(m_new == float("-inf"), 0.0, m_new)
-                l_i = (l_i * tl.exp2(m_i - m_u)
-                       + tl.sum(tl.exp2(_shifted(t, m_u, qscale, EXP_SCALE)), 1))
-                m_i = m_new
-        else:
-            m_i = c
-    elif LAZY:
-        m_u = tl.where(m_i == float("-inf"), 0.0, m_i)
-        far = tl.abs(m_u - c) > LAZY_LIMIT
-        if tl.max(far.to(tl.int32), 0) != 0:
-            # rare: sum again against the now known maximum (no online rescaling needed)
-            l_i = tl.zeros([BLOCK_M], tl.float32)
-            for start_n in range(0, hi, BLOCK_N):
-                offs_n = start_n + offs_nb
-                t = _scores(_qk(q, k_base, sk_s, offs_n, S, d_ok, PREC, UPCAST), offs_m, offs_n,
-                            m0, start_n, S, qscale, MASK, mrow_off, sm_k, mask_fill, CAUSAL,
-                            MASK_KIND, PRESCALED, EXP_SCALE, EVEN_N)
-                l_i += tl.sum(tl.exp2(_shifted(t, m_u, qscale, EXP_SCALE)), 1)
-            c = m_u
-        l_i = l_i * tl.exp2(c - m_u)
     if MODE == 1:
         tl.store(ML + ml_off * 2, m_i, mask=m_ok)
         tl.store(ML + ml_off * 2 + 1, l_i, mask=m_ok)
@@ -476,8 +418,7 @@ def align4_ok(seq, mode, causal, gp, block_n):
 
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
            mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
-           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1, align4=False,
-           lazy=False):
+           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1, align4=False):
     """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
     v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D];
     ``flag``/``guard``: see GUARD; ``gp``: query heads per program (GP), dividing the group and
@@ -514,5 +455,5 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         MASK_KIND=mask_kind, MODE=mode, PREC=prec, UPCAST=upcast, V_KMAJOR=bool(v_kmajor),
         PIPELINE=bool(pipeline), GUARD=int(guard), GP=int(gp),
         FOLD=mask_kind == 0 and float(scale) > 0, EVEN_N=seq % block_n == 0 and not align4,
-        ALIGN4=align4, PERSIST=persist, N_BH=n_bh, LAZY=int(lazy) if mode == 1 else 0,
+        ALIGN4=align4, PERSIST=persist, N_BH=n_bh,
         num_warps=num_warps, num_stages=num_stages)
