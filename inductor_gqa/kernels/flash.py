@@ -52,7 +52,7 @@ import math
 import triton
 import triton.language as tl
 
-from . import tuning
+from . import pdl, tuning
 from .host import cdiv, next_pow2
 from .qk_epilogue import FP16_MIN_NORMAL
 
@@ -173,7 +173,9 @@ def gqa_attention_kernel(
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr = 1,
         FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False,
-        ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1):
+        ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1,
+        PDL: tl.constexpr = False):
+    pdl.wait_for_predecessor(PDL)
     if GUARD == 1:
         if tl.load(FLAG) != 0:
             return
@@ -456,4 +458,4 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         PIPELINE=bool(pipeline), GUARD=int(guard), GP=int(gp),
         FOLD=mask_kind == 0 and float(scale) > 0, EVEN_N=seq % block_n == 0 and not align4,
         ALIGN4=align4, PERSIST=persist, N_BH=n_bh,
-        num_warps=num_warps, num_stages=num_stages)
+        num_warps=num_warps, num_stages=num_stages, **pdl.launch_options(out.device))

@@ -20,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import pdl
 from .host import cdiv, next_pow2
 from .rope_table import table_rows
 
@@ -55,7 +56,9 @@ def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3
                       ROWS: tl.constexpr, BLOCK_K: tl.constexpr, TARGET: tl.constexpr,
                       ZERO: tl.constexpr, TABLE: tl.constexpr = False, R: tl.constexpr = 0,
                       BLOCK_H: tl.constexpr = 1, BLOCK_T: tl.constexpr = 1,
-                      INTERLEAVED: tl.constexpr = False, LIBDEVICE: tl.constexpr = False):
+                      INTERLEAVED: tl.constexpr = False, LIBDEVICE: tl.constexpr = False,
+                      PDL: tl.constexpr = False):
+    pdl.wait_for_predecessor(PDL)
     # one flat grid: programs [0, e1) scale matrix 0, [e1, e2) matrix 1, ... and, with TABLE,
     # the programs from e4 on build the RoPE tables (rope_table.table_rows): one launch fewer
     # (a 2-D grid sized by the longest matrix left most programs idle)
@@ -119,5 +122,6 @@ def scale_rows(mats, outs=None, zero=None, table=None):
     grid = (ends[-1] + tprog,)
     scale_rows_kernel[grid](*args, k, zero if zero is not None else outs[0][1], *ends, *targs,
                             ROWS=rows, BLOCK_K=block_k, TARGET=TARGET_EXP, ZERO=zero is not None,
-                            **tconsts, num_warps=8 if block_k >= 4096 else 4)
+                            **tconsts, num_warps=8 if block_k >= 4096 else 4,
+                            **pdl.launch_options(mats[0].device))
     return outs

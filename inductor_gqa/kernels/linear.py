@@ -18,7 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import tuning
+from . import pdl, tuning
 from .host import cdiv
 
 
@@ -77,7 +77,8 @@ def _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
 def linear_kernel(X, W, BIAS, Y, FLAG, M, N, K, sx_m, sw_n, sy_m, sy_n,
                   HAS_BIAS: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                  GUARD: tl.constexpr):
+                  GUARD: tl.constexpr, PDL: tl.constexpr = False):
+    pdl.wait_for_predecessor(PDL)
     if GUARD == 2:      # the float32 fallback of an fp16 GEMM: only once FLAG is raised
         if tl.load(FLAG) == 0:
             return
@@ -99,7 +100,9 @@ def qkv_kernel(X, M, K, sx_m,
                WK, BK, YK, NK, sk_m, sk_n,
                WV, BV, YV, NV, sv_m, sv_n,
                HAS_BIAS: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+               PDL: tl.constexpr = False):
+    pdl.wait_for_predecessor(PDL)
     # programs [0, tq) are Q tiles, then K tiles, then V tiles; each part in grouped order
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -135,7 +138,7 @@ def launch(x2d, w, bias, y2d, prec, block_m, block_n, block_k, group_m, num_warp
         x2d.stride(0), w.stride(0), y2d.stride(0), y2d.stride(1),
         HAS_BIAS=bias is not None, PREC=prec, BLOCK_M=block_m, BLOCK_N=block_n,
         BLOCK_K=block_k, GROUP_M=group_m, GUARD=int(guard), num_warps=num_warps,
-        num_stages=num_stages)
+        num_stages=num_stages, **pdl.launch_options(y2d.device))
 
 
 def launch_qkv(x2d, parts, prec, block_m, block_n, block_k, group_m, num_warps, num_stages):
@@ -154,4 +157,5 @@ def launch_qkv(x2d, parts, prec, block_m, block_n, block_k, group_m, num_warps, 
     qkv_kernel[(tiles,)](
         x2d, m, k, x2d.stride(0), *args,
         HAS_BIAS=has_bias, PREC=prec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-        GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)
+        GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages,
+        **pdl.launch_options(x2d.device))

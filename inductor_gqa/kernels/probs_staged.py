@@ -42,6 +42,7 @@ import functools
 
 import torch
 
+from . import pdl
 from .host import cdiv
 from .qk_epilogue import FP16_MIN_NORMAL
 
@@ -249,12 +250,23 @@ if HAVE_GLUON:
         return q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar
 
     @gluon.jit
+    def _wait_for_predecessor(PDL: gl.constexpr):
+        # pdl.wait_for_predecessor for Gluon kernels (the same two PTX instructions)
+        if PDL:
+            gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [],
+                                      dtype=gl.int32, is_pure=False, pack=1)
+            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [],
+                                      dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
     def probs_staged_kernel(q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                             H, G, S, qscale,
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                            GUARD: gl.constexpr, num_warps: gl.constexpr):
+                            GUARD: gl.constexpr, num_warps: gl.constexpr,
+                            PDL: gl.constexpr = False):
         """One row tile per program (grid: row tiles x B*H)."""
+        _wait_for_predecessor(PDL)
         if GUARD == 1:
             if gl.load(FLAG) != 0:
                 return
@@ -299,11 +311,12 @@ if HAVE_GLUON:
                               D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                               N_TILES: gl.constexpr, STAGES: gl.constexpr,
                               CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
-                              num_warps: gl.constexpr):
+                              num_warps: gl.constexpr, PDL: gl.constexpr = False):
         """Persistent programs of two warpgroups, each with its own buffers, taking the
         program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
         while the other computes (FlashAttention-3's ping-pong, with the stores in the place
         of its second GEMM)."""
+        _wait_for_predecessor(PDL)
         if GUARD == 1:
             if gl.load(FLAG) != 0:
                 return
@@ -391,7 +404,8 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
             probs.stride(2), num_heads, groups, seq, float(scale) * LOG2E)
     n_m = cdiv(seq, block_m)
     meta = dict(D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=cdiv(seq, block_n),
-                STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps)
+                STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps,
+                **pdl.launch_options(out.device))
     if pingpong:
         n_tiles = n_m * batch * num_heads
         grid = (min(n_tiles, _sm_count(q16.device)),)

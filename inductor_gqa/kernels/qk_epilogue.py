@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import tuning
+from . import pdl, tuning
 from .host import cdiv, next_pow2
 
 NORM_CODES = {"none": 0, "fp32_weight": 1, "cast_weight": 2, "fp32_one_plus_weight": 3}
@@ -258,7 +258,8 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                         NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
                         F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
                         STORE_V32: tl.constexpr, GUARD: tl.constexpr, STRIDED: tl.constexpr,
-                        WO: tl.constexpr, LOOP: tl.constexpr = False):
+                        WO: tl.constexpr, LOOP: tl.constexpr = False, PDL: tl.constexpr = False):
+    pdl.wait_for_predecessor(PDL)
     if GUARD == 2:      # the float32 fallback's epilogue: only once the flag is raised
         if tl.load(flag_ptr) == 0:
             return
@@ -397,4 +398,4 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
         R=rotary_dim if rope != "none" else 0, F16=f16, SCALED=scales is not None,
         STORE32=bool(store32), STORE_V32=store_v32, GUARD=int(guard), STRIDED=strided,
-        WO=wo is not None, LOOP=loop, num_warps=num_warps)
+        WO=wo is not None, LOOP=loop, num_warps=num_warps, **pdl.launch_options(q.device))

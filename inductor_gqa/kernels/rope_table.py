@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import pdl
 from .host import cdiv, next_pow2
 
 try:  # accurate cos/sin for angles of thousands of radians (tl.cos may be an approximation)
@@ -25,7 +26,9 @@ except Exception:  # pragma: no cover
 @triton.jit
 def rope_table_kernel(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s,
                       R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
-                      INTERLEAVED: tl.constexpr, LIBDEVICE: tl.constexpr):
+                      INTERLEAVED: tl.constexpr, LIBDEVICE: tl.constexpr,
+                      PDL: tl.constexpr = False):
+    pdl.wait_for_predecessor(PDL)
     table_rows(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s, tl.program_id(0),
                R, BLOCK_H, BLOCK_T, INTERLEAVED, LIBDEVICE)
 
@@ -92,7 +95,8 @@ class TableJob:
 
     def launch(self):
         if self.programs:
-            rope_table_kernel[(self.programs,)](*self.args, **self.consts, num_warps=4)
+            rope_table_kernel[(self.programs,)](*self.args, **self.consts, num_warps=4,
+                                                **pdl.launch_options(self.inv.device))
         return self.cos, self.sin
 
 

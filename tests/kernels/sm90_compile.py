@@ -266,6 +266,24 @@ def staged_jobs():
     return jobs
 
 
+def pdl_jobs(jobs):
+    """The first job of each kernel again with programmatic dependent launch (kernels/pdl.py:
+    the PDL constexpr and the launch_pdl option together)."""
+    seen, out = set(), []
+    for name, module, kernel, types, consts, options in jobs:
+        if (module, kernel) in seen:
+            continue
+        seen.add((module, kernel))
+        out.append((f"{name} pdl", module, kernel, types, dict(consts, PDL=True),
+                    dict(options, launch_pdl=True)))
+    return out
+
+
+def all_jobs():
+    jobs = attention_jobs() + linear_jobs() + epilogue_jobs() + staged_jobs()
+    return jobs + pdl_jobs(jobs)
+
+
 def _compile(job, divisible=False):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -380,7 +398,7 @@ def same_as(rev: str, pattern: str = "", param_offsets: bool = True) -> int:
 
     same = differ = skipped = 0
     with tempfile.TemporaryDirectory() as tmpdir:
-        for job in attention_jobs() + linear_jobs() + epilogue_jobs() + staged_jobs():
+        for job in all_jobs():
             if pattern not in job[0]:
                 continue
             old, why = _job_at(job, rev, tmpdir)
@@ -433,7 +451,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     if a.same_as:
         return same_as(a.same_as, a.inspect, not a.ignore_param_offsets)
-    jobs = attention_jobs() + linear_jobs() + epilogue_jobs() + staged_jobs()
+    jobs = all_jobs()
     if a.inspect:
         for job in jobs:
             if a.inspect in job[0]:
