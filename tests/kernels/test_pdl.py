@@ -1,5 +1,6 @@
 """kernels/pdl.py: when programmatic dependent launch is used."""
 
+
 def test_pdl_only_on_cuda_and_switchable(monkeypatch):
     """Programmatic dependent launch: never for CPU tensors (the interpreter), off with
     INDUCTOR_GQA_PDL=0; the constexpr and the launch option always come together."""
