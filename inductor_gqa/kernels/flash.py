@@ -174,7 +174,7 @@ def gqa_attention_kernel(
         GUARD: tl.constexpr, GP: tl.constexpr = 1,
         FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False,
         ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1,
-        PDL: tl.constexpr = False):
+        PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
     if GUARD == 1:
         if tl.load(FLAG) != 0:

@@ -57,7 +57,7 @@ def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3
                       ZERO: tl.constexpr, TABLE: tl.constexpr = False, R: tl.constexpr = 0,
                       BLOCK_H: tl.constexpr = 1, BLOCK_T: tl.constexpr = 1,
                       INTERLEAVED: tl.constexpr = False, LIBDEVICE: tl.constexpr = False,
-                      PDL: tl.constexpr = False):
+                      PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
     # one flat grid: programs [0, e1) scale matrix 0, [e1, e2) matrix 1, ... and, with TABLE,
     # the programs from e4 on build the RoPE tables (rope_table.table_rows): one launch fewer

@@ -77,7 +77,7 @@ def _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
 def linear_kernel(X, W, BIAS, Y, FLAG, M, N, K, sx_m, sw_n, sy_m, sy_n,
                   HAS_BIAS: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                  GUARD: tl.constexpr, PDL: tl.constexpr = False):
+                  GUARD: tl.constexpr, PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
     if GUARD == 2:      # the float32 fallback of an fp16 GEMM: only once FLAG is raised
         if tl.load(FLAG) == 0:
@@ -101,7 +101,7 @@ def qkv_kernel(X, M, K, sx_m,
                WV, BV, YV, NV, sv_m, sv_n,
                HAS_BIAS: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-               PDL: tl.constexpr = False):
+               PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
     # programs [0, tq) are Q tiles, then K tiles, then V tiles; each part in grouped order
     pid = tl.program_id(0)

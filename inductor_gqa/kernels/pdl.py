@@ -3,14 +3,18 @@
 With ``launch_pdl=True`` the driver may start a kernel while its predecessor in the stream is
 still running; the kernel must then wait (``griddepcontrol.wait``) before it touches memory, which
 returns once the predecessor has finished and its writes are visible. Every kernel of the block
-does that first thing (``wait_for_predecessor``), then lets its own successor launch early
-(``griddepcontrol.launch_dependents``; the successor still waits for this one to finish). What
-is saved is the launch and block scheduling between kernels: on the H200, 0.2-0.3 us per kernel
-boundary under CUDA-graph replay (perf/results/nvidia-h200/runs/profiles/README.md, PDL chain).
+does that first thing (``wait_for_predecessor``). Its successor is launched when all of its
+blocks have exited (PDL 1) or, with PDL 2, as soon as all of them have started
+(``griddepcontrol.launch_dependents``): the successor's blocks are then placed on the SMs while
+this kernel runs, and still wait for it to finish. What is saved is the launch and block
+scheduling between kernels: on the H200, 0.2-0.3 us per kernel boundary under CUDA-graph replay
+with PDL 2 (perf/results/nvidia-h200/runs/profiles/README.md, PDL chain); in the block, PDL 2
+made 541x1 3 us slower (its blocks placed early, beside the running kernel's).
 
 The ``PDL`` constexpr and the ``launch_pdl`` option always travel together (``launch_options``):
 a kernel launched early without the wait could read its inputs before they are written.
-Hopper (sm_90) and later only; off in the CPU interpreter and with ``INDUCTOR_GQA_PDL=0``.
+Hopper (sm_90) and later only; off in the CPU interpreter and with ``INDUCTOR_GQA_PDL=0``
+(``INDUCTOR_GQA_PDL=2`` for the early trigger).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 def wait_for_predecessor(PDL: tl.constexpr):
     if PDL:
         gdc_wait()
+    if PDL == 2:
         gdc_launch_dependents()
 
 
@@ -36,20 +41,23 @@ def _device_supports(index: int) -> bool:
     return torch.cuda.get_device_capability(index) >= (9, 0) and torch.version.hip is None
 
 
-def enabled(device: torch.device) -> bool:
-    """Read at every launch (the switch may change between calls)."""
-    if device.type != "cuda" or os.environ.get("INDUCTOR_GQA_PDL", "1") == "0":
-        return False
+def mode(device: torch.device) -> int:
+    """0 (off), 1 or 2 (see above); read at every launch (the switch may change between
+    calls)."""
+    env = os.environ.get("INDUCTOR_GQA_PDL", "1")
+    if device.type != "cuda" or env not in ("1", "2"):
+        if env not in ("0", "1", "2"):
+            raise ValueError(f"INDUCTOR_GQA_PDL must be 0, 1 or 2, not {env!r}")
+        return 0
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
-        return False
-    return _device_supports(device.index if device.index is not None
-                            else torch.cuda.current_device())
+        return 0
+    return int(env) if _device_supports(device.index if device.index is not None
+                                        else torch.cuda.current_device()) else 0
 
 
-_ON = {"PDL": True, "launch_pdl": True}
-_OFF: dict = {}
+_OPTIONS = ({}, {"PDL": 1, "launch_pdl": True}, {"PDL": 2, "launch_pdl": True})
 
 
 def launch_options(device: torch.device) -> dict:
     """Keyword arguments for a Triton launch of a kernel with a ``PDL`` constexpr."""
-    return _ON if enabled(device) else _OFF
+    return _OPTIONS[mode(device)]

@@ -255,6 +255,7 @@ if HAVE_GLUON:
         if PDL:
             gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [],
                                       dtype=gl.int32, is_pure=False, pack=1)
+        if PDL == 2:
             gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [],
                                       dtype=gl.int32, is_pure=False, pack=1)
 
@@ -264,7 +265,7 @@ if HAVE_GLUON:
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                             GUARD: gl.constexpr, num_warps: gl.constexpr,
-                            PDL: gl.constexpr = False):
+                            PDL: gl.constexpr = 0):
         """One row tile per program (grid: row tiles x B*H)."""
         _wait_for_predecessor(PDL)
         if GUARD == 1:
@@ -311,7 +312,7 @@ if HAVE_GLUON:
                               D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                               N_TILES: gl.constexpr, STAGES: gl.constexpr,
                               CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
-                              num_warps: gl.constexpr, PDL: gl.constexpr = False):
+                              num_warps: gl.constexpr, PDL: gl.constexpr = 0):
         """Persistent programs of two warpgroups, each with its own buffers, taking the
         program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
         while the other computes (FlashAttention-3's ping-pong, with the stores in the place

@@ -258,7 +258,7 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                         NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
                         F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
                         STORE_V32: tl.constexpr, GUARD: tl.constexpr, STRIDED: tl.constexpr,
-                        WO: tl.constexpr, LOOP: tl.constexpr = False, PDL: tl.constexpr = False):
+                        WO: tl.constexpr, LOOP: tl.constexpr = False, PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
     if GUARD == 2:      # the float32 fallback's epilogue: only once the flag is raised
         if tl.load(flag_ptr) == 0:

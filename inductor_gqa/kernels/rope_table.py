@@ -27,7 +27,7 @@ except Exception:  # pragma: no cover
 def rope_table_kernel(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s,
                       R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
                       INTERLEAVED: tl.constexpr, LIBDEVICE: tl.constexpr,
-                      PDL: tl.constexpr = False):
+                      PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
     table_rows(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s, tl.program_id(0),
                R, BLOCK_H, BLOCK_T, INTERLEAVED, LIBDEVICE)

@@ -274,7 +274,7 @@ def pdl_jobs(jobs):
         if (module, kernel) in seen:
             continue
         seen.add((module, kernel))
-        out.append((f"{name} pdl", module, kernel, types, dict(consts, PDL=True),
+        out.append((f"{name} pdl", module, kernel, types, dict(consts, PDL=1),
                     dict(options, launch_pdl=True)))
     return out
 
