@@ -28,6 +28,15 @@ TARGET_EXP = 13         # row maxima land in [2^13, 2^14): fp16's largest finite
 MAX_COLS = 16384
 
 
+def out16_target(k: int) -> int:
+    """The target exponent T for GEMM operands whose product is stored as fp16 (f16proj16): every
+    product |x16 @ w16^T| is at most K * 2^(T+1) * 2^(T+1) <= 2^15, half of fp16's range, so no
+    output (nor a partial sum) can overflow. K = 1024 gives T = 1 (row maxima in [2, 4)); values
+    of a row below fp16's normal range then keep an absolute error of 2^-25, far below TF32's
+    2^-11 of the row's maximum."""
+    return (13 - (k - 1).bit_length()) // 2
+
+
 @triton.jit
 def _rows(x_ptr, y_ptr, inv_ptr, n_rows, K, pid, ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
           TARGET: tl.constexpr):
@@ -79,13 +88,14 @@ def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3
                    R, BLOCK_H, BLOCK_T, INTERLEAVED, LIBDEVICE)
 
 
-def scale_rows(mats, outs=None, zero=None, table=None):
+def scale_rows(mats, outs=None, zero=None, table=None, target=TARGET_EXP):
     """[x (M, K) float32 contiguous, ...] (one to four, same K) -> [(x16, inv), ...]: fp16 copies
     and the float32 reciprocals of their row scales (x == inv[:, None] * x16, up to fp16
     rounding). ``outs``: preallocated (x16, inv) per matrix, or None to allocate (contiguous;
     e.g. row blocks of one buffer, so that several weights become one GEMM operand). ``zero``:
     a one-element int32 tensor the launch sets to 0 (the fp16 plans' range flag). ``table``: a
-    ``rope_table.TableJob`` whose RoPE tables the same launch builds."""
+    ``rope_table.TableJob`` whose RoPE tables the same launch builds. ``target``: the exponent
+    each row's maximum is scaled to (``TARGET_EXP``, or ``out16_target`` for fp16 products)."""
     if not 1 <= len(mats) <= 4:
         raise ValueError("scale_rows: one to four matrices")
     k = mats[0].shape[1]
@@ -121,7 +131,7 @@ def scale_rows(mats, outs=None, zero=None, table=None):
         targs, tconsts, tprog = (outs[0][1],) * 4 + (0, 1, 0, 0), {}, 0
     grid = (ends[-1] + tprog,)
     scale_rows_kernel[grid](*args, k, zero if zero is not None else outs[0][1], *ends, *targs,
-                            ROWS=rows, BLOCK_K=block_k, TARGET=TARGET_EXP, ZERO=zero is not None,
+                            ROWS=rows, BLOCK_K=block_k, TARGET=int(target), ZERO=zero is not None,
                             **tconsts, num_warps=8 if block_k >= 4096 else 4,
                             **pdl.launch_options(mats[0].device))
     return outs

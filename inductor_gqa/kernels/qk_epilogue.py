@@ -15,7 +15,9 @@ With ``scales`` (projections computed on fp16 copies with per-row power-of-two s
 ``fp16_rows``): the GEMM outputs are scaled, and the kernel multiplies each element by its token's
 and its feature's reciprocal scale first. ``store32=False`` writes only the fp16 copies and leaves
 the GEMM outputs untouched; a second launch with ``guard=2`` then finishes them in place only if
-the flag was raised, for the float32 fallback.
+the flag was raised, for the float32 fallback. With ``in16`` the scaled GEMM outputs are fp16
+(a GEMM with fp16 output, ``fp16_plans``' f16proj16): they are checked by the range rule of
+``_check_scaled16`` before anything else.
 
 Numerics follow the eager reference: norm in fp32, its result rounded to the activation dtype, the
 weight applied per ``norm`` style, RoPE cos/sin loaded from [B, S, R] tables (the model's own, or
@@ -79,6 +81,18 @@ def _store16_pair(x16_ptr, offs1, offs2, x1, x2, m2, flag_ptr):
 
 
 @triton.jit
+def _check_scaled16(x_abs_max, tok_inv, feat_inv_ptr, feat0, c, m2, flag_ptr):
+    """Range rule for scaled fp16 GEMM outputs (IN16). An output below fp16's normal range has an
+    error of up to 2^-25 in scaled units, 2^-25 * tok_inv * feat_inv in true ones; that is within
+    TF32's 2^-11 of the head row's largest true value M for every column while
+    M >= 2^-14 * tok_inv * max(feat_inv). A nonzero row short of that raises the flag (its
+    overflow needs no test: fp16_rows' OUT16 scales bound every output below fp16's range)."""
+    fmax = tl.max(tl.load(feat_inv_ptr + feat0[:, None] + c[None, :], mask=m2, other=0.0), 1)
+    bad = (x_abs_max > 0.0) & (x_abs_max < tok_inv * fmax * FP16_MIN_NORMAL)
+    tl.atomic_max(flag_ptr + tl.zeros_like(x_abs_max).to(tl.int32), 1, mask=bad)
+
+
+@triton.jit
 def _load_cols(base, cols, m2, feat0, tok_inv, feat_inv_ptr, SCALED: tl.constexpr):
     """Columns ``cols`` of the rows at ``base``, in fp32, with the GEMM operands' power-of-two
     scales undone when SCALED (exact)."""
@@ -107,7 +121,7 @@ def _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
                  cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr, flag_ptr, tok_inv_ptr,
                  feat_inv_ptr, ld, D: tl.constexpr, ROWS: tl.constexpr, NORM: tl.constexpr,
                  F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
-                 STRIDED: tl.constexpr):
+                 STRIDED: tl.constexpr, IN16: tl.constexpr):
     """``_rows`` for rotate-half RoPE over the whole head (R == D, a power of two): the row is
     loaded as its two halves, so the rotation partner of each value is in the same thread's
     registers (a rotation of one [ROWS, D] tile moves values between threads through shared
@@ -117,7 +131,8 @@ def _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
     c = tl.arange(0, HALF)
     rmask = rows < n_rows
     m2 = rmask[:, None] & (c < HALF)[None, :]
-    DT = x_ptr.dtype.element_ty
+    # the activation dtype (norm roundings, float32 stores): float32 behind fp16 GEMM outputs
+    DT: tl.constexpr = tl.float32 if IN16 else x_ptr.dtype.element_ty
     if STRIDED:
         base = x_ptr + ((rows // heads).to(tl.int64) * ld + (rows % heads) * D)[:, None]
     else:
@@ -129,6 +144,11 @@ def _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
         tok_inv = tl.zeros([ROWS], tl.float32)
     x1 = _load_cols(base, c, m2, feat0, tok_inv, feat_inv_ptr, SCALED)
     x2 = _load_cols(base, c + HALF, m2, feat0, tok_inv, feat_inv_ptr, SCALED)
+    if IN16:
+        amax = tl.maximum(tl.max(tl.where(m2, tl.abs(x1), 0.0), 1),
+                          tl.max(tl.where(m2, tl.abs(x2), 0.0), 1))
+        _check_scaled16(amax, tok_inv, feat_inv_ptr, feat0, c, m2, flag_ptr)
+        _check_scaled16(amax, tok_inv, feat_inv_ptr, feat0 + HALF, c, m2, flag_ptr)
     if NORM != 0:
         ms = (tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / D
         rs = 1.0 / tl.sqrt(ms + eps)
@@ -171,15 +191,16 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
           cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr, ld,
           D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
           NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, F16: tl.constexpr,
-          SCALED: tl.constexpr, STORE32: tl.constexpr, STRIDED: tl.constexpr):
+          SCALED: tl.constexpr, STORE32: tl.constexpr, STRIDED: tl.constexpr,
+          IN16: tl.constexpr = False):
     if (ROPE == 1) & (R == D) & (BLOCK_D == D):
         _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s,
                      cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr, ld, D, ROWS, NORM, F16,
-                     SCALED, STORE32, STRIDED)
+                     SCALED, STORE32, STRIDED, IN16)
     else:
         _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s,
                    cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr, ld, D, BLOCK_D, ROWS,
-                   NORM, ROPE, R, F16, SCALED, STORE32, STRIDED)
+                   NORM, ROPE, R, F16, SCALED, STORE32, STRIDED, IN16)
 
 
 @triton.jit
@@ -187,14 +208,15 @@ def _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
                cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr,
                ld, D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
                NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, F16: tl.constexpr,
-               SCALED: tl.constexpr, STORE32: tl.constexpr, STRIDED: tl.constexpr):
+               SCALED: tl.constexpr, STORE32: tl.constexpr, STRIDED: tl.constexpr,
+               IN16: tl.constexpr):
     """One [ROWS, BLOCK_D] tile of rows: no RoPE, interleaved RoPE, or a partial rotary dim."""
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_D)
     rmask = rows < n_rows
     cmask = cols < D
     m2 = rmask[:, None] & cmask[None, :]
-    DT = x_ptr.dtype.element_ty
+    DT: tl.constexpr = tl.float32 if IN16 else x_ptr.dtype.element_ty
     if STRIDED:     # token rows ``ld`` apart (column slices of one fused QKV product)
         base = x_ptr + ((rows // heads).to(tl.int64) * ld + (rows % heads) * D)[:, None]
     else:
@@ -205,6 +227,9 @@ def _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
     else:
         tok_inv = tl.zeros([ROWS], tl.float32)
     x = _load_cols(base, cols, m2, feat0, tok_inv, feat_inv_ptr, SCALED)
+    if IN16:
+        _check_scaled16(tl.max(tl.where(m2, tl.abs(x), 0.0), 1), tok_inv, feat_inv_ptr, feat0,
+                        cols, m2, flag_ptr)
     # the rotation partner comes from registers when every column rotates (R == D, a power of two);
     # loading it per column (a permuted gather) measured twice the launch's DRAM time on the H200
     REG_ROT: tl.constexpr = (ROPE != 0) & (R == D) & (BLOCK_D == D)
@@ -258,7 +283,8 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                         NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
                         F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
                         STORE_V32: tl.constexpr, GUARD: tl.constexpr, STRIDED: tl.constexpr,
-                        WO: tl.constexpr, LOOP: tl.constexpr = False, PDL: tl.constexpr = 0):
+                        WO: tl.constexpr, LOOP: tl.constexpr = False, PDL: tl.constexpr = 0,
+                        IN16: tl.constexpr = False):
     pdl.wait_for_predecessor(PDL)
     if GUARD == 2:      # the float32 fallback's epilogue: only once the flag is raised
         if tl.load(flag_ptr) == 0:
@@ -272,13 +298,13 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                      cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr, v16_ptr,
                      flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr, ld,
                      wo_ptr, wo16_ptr, wo_rows, nq, nk, nv, D, BLOCK_D, ROWS, NORM, ROPE, R,
-                     F16, SCALED, STORE32, STORE_V32, STRIDED, WO)
+                     F16, SCALED, STORE32, STORE_V32, STRIDED, WO, IN16)
     else:
         _program(tl.program_id(0), q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                  eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr,
                  v16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr, ld,
                  wo_ptr, wo16_ptr, wo_rows, nq, nk, nv, D, BLOCK_D, ROWS, NORM, ROPE, R,
-                 F16, SCALED, STORE32, STORE_V32, STRIDED, WO)
+                 F16, SCALED, STORE32, STORE_V32, STRIDED, WO, IN16)
 
 
 @triton.jit
@@ -289,21 +315,22 @@ def _program(pid, q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, 
              D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
              NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
              F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
-             STORE_V32: tl.constexpr, STRIDED: tl.constexpr, WO: tl.constexpr):
+             STORE_V32: tl.constexpr, STRIDED: tl.constexpr, WO: tl.constexpr,
+             IN16: tl.constexpr):
     # one flat grid: nq programs for q, then nk for k, nv for V, the rest for o_proj's weight
     # (a 2-D grid sized by q left most of the k, V and Wo programs with nothing to do)
     if pid < nq:
         _rows(q_ptr, qw_ptr, q_rows, HQ, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
               q16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, ld, D, BLOCK_D, ROWS, NORM, ROPE,
-              R, F16, SCALED, STORE32, STRIDED)
+              R, F16, SCALED, STORE32, STRIDED, IN16)
     elif pid < nq + nk:
         _rows(k_ptr, kw_ptr, k_rows, HK, S, pid - nq, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
               k16_ptr, flag_ptr, tok_inv_ptr, kf_inv_ptr, ld, D, BLOCK_D, ROWS, NORM, ROPE,
-              R, F16, SCALED, STORE32, STRIDED)
+              R, F16, SCALED, STORE32, STRIDED, IN16)
     elif pid < nq + nk + nv:    # V: its fp16 copy and/or its scales undone; no norm or RoPE
         _rows(v_ptr, kw_ptr, k_rows, HK, S, pid - nq - nk, eps_k, cos_ptr, sin_ptr, cs_b, cs_s,
               cs_d, v16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, ld, D, BLOCK_D, ROWS, 0, 0, 0,
-              F16, SCALED, STORE_V32, STRIDED)
+              F16, SCALED, STORE_V32, STRIDED, IN16)
     elif WO:    # o_proj's weight [E, H*D] as rows of D: its fp16 copy, range-checked like the rest
         # (compiled only with it: without fp16 copies the flag is a dummy of the activation type)
         _rows(wo_ptr, kw_ptr, wo_rows, 1, S, pid - nq - nk - nv, eps_k, cos_ptr, sin_ptr, cs_b,
@@ -322,7 +349,7 @@ def default_rows(block_d):
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_heads,
                   num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None, v=None,
                   copies=None, flag=None, scales=None, store32=None, guard=0, wo=None,
-                  rows=None, num_warps=4, programs=None):
+                  rows=None, num_warps=4, programs=None, in16=False):
     """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin: [B, S, R]-broadcast
     views (None without RoPE). ``copies``: (q16, k16, v16) to also write fp16 copies of the
     float32 q, k (after norm and RoPE) and ``v`` [B*S, Hkv*D]; ``flag`` (int32, zeroed by the
@@ -333,7 +360,9 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     ``guard=2`` with ``flag``: the launch does nothing unless the flag is set (the fallback's
     epilogue). ``wo``: (o_proj weight [E, H*D] float32 contiguous, its fp16 copy) made in the
     same launch, with ``copies``. q, k (and v) are contiguous, or all three column slices of one
-    [B*S, ld] matrix (a fused QKV product): rows ``ld`` apart."""
+    [B*S, ld] matrix (a fused QKV product): rows ``ld`` apart. ``in16``: q, k, v are the scaled
+    fp16 outputs of such a product (with ``scales`` and ``copies``, ``store32=False``): range-
+    checked by ``_check_scaled16``, the norm rounding to float32."""
     d = head_dim
     q_rows = batch * seq * num_heads
     k_rows = batch * seq * num_kv_heads
@@ -350,8 +379,10 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         q16, k16, v16 = copies
         if v is None or flag is None:
             raise ValueError("qk_norm_rope_: fp16 copies need v and the flag")
-        if q.dtype != k.dtype or q.dtype != v.dtype or q.dtype != torch.float32:
-            raise ValueError("qk_norm_rope_: fp16 copies are made of float32 q, k, v only")
+        src = torch.float16 if in16 else torch.float32
+        if q.dtype != k.dtype or q.dtype != v.dtype or q.dtype != src:
+            raise ValueError("qk_norm_rope_: fp16 copies are made of float32 q, k, v only "
+                             "(or of scaled fp16 GEMM outputs, in16)")
     else:
         q16 = k16 = v16 = dummy
     if store32 is None:
@@ -361,6 +392,9 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         raise ValueError("qk_norm_rope_: v is needed")
     if guard and flag is None:
         raise ValueError("qk_norm_rope_: a guarded launch needs the flag")
+    if in16 and (not f16 or scales is None or store32 or guard):
+        raise ValueError("qk_norm_rope_: fp16 GEMM outputs (in16) need the copies and the "
+                         "scales, and are never stored back")
     sc = scales if scales is not None else (dummy,) * 4
     ld = q.stride(0)
     strided = not (q.is_contiguous() and k.is_contiguous() and (v is None or v.is_contiguous()))
@@ -398,4 +432,5 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
         R=rotary_dim if rope != "none" else 0, F16=f16, SCALED=scales is not None,
         STORE32=bool(store32), STORE_V32=store_v32, GUARD=int(guard), STRIDED=strided,
-        WO=wo is not None, LOOP=loop, num_warps=num_warps, **pdl.launch_options(q.device))
+        WO=wo is not None, LOOP=loop, num_warps=num_warps, IN16=bool(in16),
+        **pdl.launch_options(q.device))

@@ -156,6 +156,8 @@ def _run(t, spec):
     plans = ["f16", "native"]
     if f16_projections_offered(t, x):
         plans.insert(0, "f16proj")
+        if fp16_plans.f16_products_offered():
+            plans.insert(0, "f16proj16")
     plan = tuning.pick(key + (tuple(plans),), plans, lambda p: _run_plan(t, spec, p, *args))
     return _run_plan(t, spec, plan, *args)
 
@@ -165,9 +167,9 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
     x = t["x"]
     b, s, _ = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-    if plan == "f16proj":       # its operand-scaling launch also builds the RoPE tables
+    if plan in ("f16proj", "f16proj16"):    # its operand-scaling launch also builds the tables
         return fp16_plans.run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value,
-                                      scale_value, prec, table)
+                                      scale_value, prec, table, out16=plan == "f16proj16")
     if table is not None:
         table.launch()
     dt = x.dtype

@@ -60,6 +60,29 @@ def _mm16(a, b):
     return a.float() @ b.float()        # the interpreter tests: same products, on the CPU
 
 
+def _mm16_out16(a, b):
+    """fp16 operands and result, float32 accumulation: cuBLAS may otherwise reduce split-K
+    partial sums in fp16 (torch's allow_fp16_reduced_precision_reduction, on by default)."""
+    if not a.is_cuda:
+        return (a.float() @ b.float()).half()
+    matmul = torch.backends.cuda.matmul
+    allowed = matmul.allow_fp16_reduced_precision_reduction
+    matmul.allow_fp16_reduced_precision_reduction = False
+    try:
+        return torch.mm(a, b)
+    finally:
+        matmul.allow_fp16_reduced_precision_reduction = allowed
+
+
+def f16_products_offered() -> bool:
+    """f16proj16: the f16proj plan with its Q/K/V GEMM writing fp16 (half the bytes written and
+    read again by the norm/RoPE launch) on operands scaled so that no product can overflow
+    (``fp16_rows.out16_target``); the epilogue checks the scaled outputs' range
+    (``qk_epilogue._check_scaled16``) and the fallback recomputes the products in float32 (a
+    guarded GEMM). Not yet measured on a GPU: offered only with INDUCTOR_GQA_FP16_QKV_OUT=1."""
+    return os.environ.get("INDUCTOR_GQA_FP16_QKV_OUT", "0") == "1"
+
+
 def f16_operands_allowed(dt, prec) -> bool:
     """float32 blocks whose dots may use TF32 may run them on fp16 copies instead: the same
     10-bit significand, rounded to nearest, at twice the tensor-core rate (the copies fall back
@@ -148,34 +171,44 @@ def _range_flag(x):
     return torch.empty((1,), device=x.device, dtype=torch.int32)
 
 
-def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec, table=None):
+def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec, table=None,
+                out16=False):
     """The fp16-copies plan with the Q/K/V projections on fp16 copies as well (see
-    ``f16_projections_offered``); ``table``: a RoPE TableJob its first launch also runs."""
+    ``f16_projections_offered``); ``table``: a RoPE TableJob its first launch also runs;
+    ``out16``: the f16proj16 plan (``f16_products_offered``)."""
     x = t["x"]
     b, s, e = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     # the three weights' copies are row blocks of one operand: one GEMM for q, k and v
     flag = _range_flag(x)
+    target = fp16_rows.out16_target(e) if out16 else fp16_rows.TARGET_EXP
     x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]], flag,
-                                                         table)
+                                                         table, target)
     q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
-    # scaled float32 products [B*S, Nq+Nk+Nv]: q, k, v are its column slices; the epilogue
-    # multiplies by x_inv (per token) and w_inv (per feature)
-    qkv = _mm16(x16, w16.t())
+    # scaled products [B*S, Nq+Nk+Nv] (float32, or fp16 with out16): q, k, v are its column
+    # slices; the epilogue multiplies by x_inv (per token) and w_inv (per feature)
+    qkv = (_mm16_out16 if out16 else _mm16)(x16, w16.t())
     q, k, v = (qkv[:, a:z] for a, z in cuts)
     copies = fp16_copies(q, k, v, flag)
     o16 = fp16_o_proj(t, spec, x)
-    common = (q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
-              eps_value, spec.rope, spec.rotary_dim)
     scales = (x_inv, q_inv, k_inv, v_inv)
-    qk_norm_rope_(*common, eps_k=eps_k_value, v=v, copies=copies[:3], flag=copies[3],
-                  scales=scales, store32=False, wo=o16[1:] if o16 else None)
+    tail = (t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
+            eps_value, spec.rope, spec.rotary_dim)
+    qk_norm_rope_(q, k, *tail, eps_k=eps_k_value, v=v, copies=copies[:3], flag=copies[3],
+                  scales=scales, store32=False, wo=o16[1:] if o16 else None, in16=out16)
+    if out16:
+        # the float32 fallback's own scaled products (written only if the flag is raised)
+        qkv32 = torch.empty(qkv.shape, device=x.device, dtype=torch.float32)
+        q, k, v = (qkv32[:, a:z] for a, z in cuts)
 
     def finish_fp32():
         # the float32 fallback's q, k, v: finished in place only if the flag was raised (by a
         # copy, or by the fp16-operand attention's output: hence after its launches)
-        qk_norm_rope_(*common, eps_k=eps_k_value, scales=scales, store32=True, guard=2, v=v,
-                      flag=copies[3])
+        if out16:
+            cfg = _INTERPRETER_CONFIG if tuning.interpreting() else _O_PROJ_FALLBACK
+            linear_kernels.launch(x16, w16, None, qkv32, "tf32", *cfg, flag=copies[3], guard=2)
+        qk_norm_rope_(q, k, *tail, eps_k=eps_k_value, scales=scales, store32=True, guard=2,
+                      v=v, flag=copies[3])
 
     pending = []
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,
@@ -184,10 +217,10 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     return o_proj(t, spec, o, probs, prec, o16, copies, pending)
 
 
-def _scaled_fp16_operands(x, ws, flag, table=None):
-    """x [B, S, E] and the weights as fp16 copies with exact power-of-two row scales:
-    (x16 [B*S, E], x_inv, w16 [sum N, E], w_inv, cuts) with the weights as row blocks of w16;
-    the same launch sets ``flag`` to 0."""
+def _scaled_fp16_operands(x, ws, flag, table=None, target=fp16_rows.TARGET_EXP):
+    """x [B, S, E] and the weights as fp16 copies with exact power-of-two row scales (each row's
+    maximum in [2^target, 2^(target+1))): (x16 [B*S, E], x_inv, w16 [sum N, E], w_inv, cuts)
+    with the weights as row blocks of w16; the same launch sets ``flag`` to 0."""
     e = x.shape[-1]
     x2d = x.reshape(-1, e).contiguous()
     ws = [w.contiguous() for w in ws]
@@ -196,5 +229,6 @@ def _scaled_fp16_operands(x, ws, flag, table=None):
     w_inv = torch.empty((sum(n),), device=x.device, dtype=torch.float32)
     cuts = ((0, n[0]), (n[0], n[0] + n[1]), (n[0] + n[1], sum(n)))
     (x16, x_inv), *_ = fp16_rows.scale_rows(
-        [x2d] + ws, [None] + [(w16[a:z], w_inv[a:z]) for a, z in cuts], zero=flag, table=table)
+        [x2d] + ws, [None] + [(w16[a:z], w_inv[a:z]) for a, z in cuts], zero=flag, table=table,
+        target=target)
     return x16, x_inv, w16, w_inv, cuts

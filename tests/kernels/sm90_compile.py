@@ -164,6 +164,12 @@ def linear_jobs():
                      dict(X="*fp32", W="*fp32", BIAS="*fp32", Y="*fp32", FLAG="*i32"),
                      dict(HAS_BIAS=False, sy_n=1, GUARD=2, PREC="tf32x3", BLOCK_M=bm,
                           BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm), nw, ns))
+    # the f16proj16 plan's guarded float32 products from the scaled fp16 copies
+    jobs.append(_job(f"linear {_O_PROJ_FALLBACK} fp16 operands guard=2",
+                     "inductor_gqa.kernels.linear", "linear_kernel",
+                     dict(X="*fp16", W="*fp16", BIAS="*fp16", Y="*fp32", FLAG="*i32"),
+                     dict(HAS_BIAS=False, sy_n=1, GUARD=2, PREC="tf32", BLOCK_M=bm,
+                          BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm), nw, ns))
     return jobs
 
 
@@ -172,10 +178,13 @@ def epilogue_jobs():
 
     jobs = []
 
-    def add(dt, d, heads, kv, norm, rope, r, f16=False, scaled=False, store32=True, guard=0):
+    def add(dt, d, heads, kv, norm, rope, r, f16=False, scaled=False, store32=True, guard=0,
+            in16=False):
         block_d = 1 << (d - 1).bit_length()
         types = {n: "*" + dt for n in ("q_ptr", "k_ptr", "qw_ptr", "kw_ptr", "cos_ptr",
                                        "sin_ptr", "v_ptr")}
+        if in16:    # scaled fp16 GEMM outputs (f16proj16)
+            types.update(q_ptr="*fp16", k_ptr="*fp16", v_ptr="*fp16")
         # as the launcher passes them: without copies or a flag, their pointers are dummies of
         # the activation type (a branch that used them would then fail to compile)
         dummy = "*" + dt
@@ -191,9 +200,10 @@ def epilogue_jobs():
         consts = dict(D=d, BLOCK_D=block_d, ROWS=default_rows(block_d),
                       NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope], R=r, cs_d=1, F16=f16,
                       SCALED=scaled, STORE32=store32, STORE_V32=store32 and scaled, GUARD=guard,
-                      LOOP=guard == 2, STRIDED=scaled, WO=f16 and dt == "fp32")
+                      LOOP=guard == 2, STRIDED=scaled, WO=f16 and dt == "fp32", IN16=in16)
         jobs.append(_job(f"qk_norm_rope {dt} d{d} {heads}/{kv} {norm} {rope} r{r} f16={f16}"
-                         + (f" scaled strided store32={store32} guard={guard}" if scaled else ""),
+                         + (f" scaled strided store32={store32} guard={guard}" if scaled else "")
+                         + (" in16" if in16 else ""),
                          "inductor_gqa.kernels.qk_epilogue", "qk_norm_rope_kernel", types,
                          consts, 4))
 
@@ -213,6 +223,10 @@ def epilogue_jobs():
     add("fp32", 64, 16, 4, "none", "half", 64, False, scaled=True, store32=True, guard=2)
     add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, True, scaled=True, store32=False)
     add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, False, scaled=True, guard=2)
+    # f16proj16 (opt-in): the same launch reading scaled fp16 products
+    add("fp32", 64, 16, 4, "none", "half", 64, True, scaled=True, store32=False, in16=True)
+    add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, True, scaled=True, store32=False,
+        in16=True)
     for k in (1024, 4096, 16384):
         block_k = 1 << (k - 1).bit_length()
         ptrs = {f"{n}{i}": t for i in range(4) for n, t in (("x", "*fp32"), ("y", "*fp16"),
@@ -223,7 +237,8 @@ def epilogue_jobs():
         jobs.append(_job(f"scale_rows K={k}" + (" + rope tables" if table else ""),
                          "inductor_gqa.kernels.fp16_rows", "scale_rows_kernel",
                          dict(ptrs, zero_ptr="*i32", **tables),
-                         dict(ROWS=max(1, 4096 // block_k), BLOCK_K=block_k, TARGET=13,
+                         dict(ROWS=max(1, 4096 // block_k), BLOCK_K=block_k,
+                              TARGET=13 if k != 4096 else 0,
                               ZERO=k == 1024, **table),
                          8 if block_k >= 4096 else 4))
     add("bf16", 128, 96, 8, "fp32_weight", "half", 128)  # W092

@@ -719,3 +719,97 @@ def test_cached_staged_choice_outside_its_scope_runs_the_pair(tf32_allowed, monk
     assert picked
     _close_high(out, ref, 2e-3)
     _close_high(p, ref_p, 2e-3)
+
+
+@pytest.fixture
+def fp16_products(monkeypatch, fp16_projections):
+    """The f16proj16 plan (the Q/K/V GEMM writing fp16): first plan under the interpreter.
+    Yields the list of (range flag, fp16 product) pairs the block made, to check that the plan
+    ran and whether it fell back."""
+    monkeypatch.setenv("INDUCTOR_GQA_FP16_QKV_OUT", "1")
+    made = {"flags": [], "products": []}
+    range_flag, mm = fp16_plans._range_flag, fp16_plans._mm16_out16
+
+    def spy_flag(x):
+        made["flags"].append(range_flag(x))
+        return made["flags"][-1]
+
+    def spy_mm(a, b):
+        made["products"].append(mm(a, b))
+        return made["products"][-1]
+    monkeypatch.setattr(fp16_plans, "_range_flag", spy_flag)
+    monkeypatch.setattr(fp16_plans, "_mm16_out16", spy_mm)
+    yield made
+
+
+@pytest.mark.parametrize("causal,mask,probs,s", [(False, "none", True, 17), (True, "none", True, 33),
+                                                (True, "additive", False, 21)])
+def test_f16_products_under_high(fp16_products, causal, mask, probs, s):
+    spec = _w075_spec(causal, mask, probs)
+    t = _inputs(spec, 2, s, 64, F32, mask_shape=(mask, None))
+    t["x"][0, 1] = 0.0                              # a zero row: scale 1, exact zero products
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    out, p = block.run_block(dict(t), spec)
+    assert fp16_products["products"][-1].dtype == torch.float16
+    assert fp16_products["flags"][-1].item() == 0       # no fallback
+    # one rounding more than f16proj (the products to fp16): the same bounds hold
+    _close_high(out, ref, 1e-3 * ref.abs().max().item())
+    if probs:
+        _close_high(p, ref_p, 2e-3)
+
+
+@pytest.mark.parametrize("how", ["overflow", "tiny_products"])
+def test_f16_products_fall_back(fp16_products, how):
+    """The guarded float32 path of f16proj16 recomputes the products (a guarded GEMM on the
+    scaled copies, float32 output) before finishing q, k, v: k beyond fp16's range after the
+    scales are undone, or products too small for fp16's normal range (``_check_scaled16``)."""
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, rope="half", rotary_dim=16,
+                     core="explicit", scale=1.0, return_probs=True)
+    t = _inputs(spec, 2, 13, 64, F32)
+    if how == "overflow":
+        with torch.no_grad():
+            ref, ref_p = attention_block_reference(**t, spec=spec)
+        t.update(wq=t["wq"] * 2.0 ** -18, wk=t["wk"] * 2.0 ** 18)
+    else:
+        # token 3 of batch 0 is one-hot on feature 0, and column 0 of Wq is 2^-20 of the rows'
+        # largest weights: its q products are ~2^-19 after scaling, below fp16's normal range
+        t["x"][0, 3] = 0.0
+        t["x"][0, 3, 0] = 1.0
+        t["wq"][:, 0] = t["wq"].abs().amax(1) * 2.0 ** -20
+        with torch.no_grad():
+            ref, ref_p = attention_block_reference(**t, spec=spec)
+    out, p = block.run_block(dict(t), spec)
+    assert fp16_products["products"] and fp16_products["flags"][-1].item() == 1
+    assert torch.isfinite(out).all() and torch.isfinite(p).all()
+    _close_high(p, ref_p, 2e-3)
+    _close_high(out, ref, 1e-3 * ref.abs().max().item())
+
+
+def test_scaled_fp16_products_range_rule():
+    """in16: a nonzero head row of scaled fp16 products whose largest true value is below
+    2^-14 * token inverse scale * the row's largest feature inverse scale raises the flag;
+    ordinary rows and zero rows do not. The inverse scales (2^10 per token, 2^4 per feature)
+    keep every true value within fp16's normal range, so only this rule can raise it."""
+    from inductor_gqa.kernels.qk_epilogue import qk_norm_rope_
+    g = torch.Generator().manual_seed(0)
+    n, h, hk, d = 4, 2, 1, 16
+    for case, raised in (("normal", False), ("zero", False), ("tiny", True)):
+        qkv = (torch.randn(n, (h + 2 * hk) * d, generator=g) * 2.0 ** -10).half()
+        if case == "zero":
+            qkv[1, :d] = 0.0
+        elif case == "tiny":
+            qkv[1, :d] = (torch.rand(d, generator=g) * 2.0 ** -16).half()   # subnormal
+        q, k, v = qkv[:, :h * d], qkv[:, h * d:(h + hk) * d], qkv[:, (h + hk) * d:]
+        scales = (torch.full((n,), 2.0 ** 10), torch.full((h * d,), 2.0 ** 4),
+                  torch.full((hk * d,), 2.0 ** 4), torch.full((hk * d,), 2.0 ** 4))
+        copies = tuple(torch.empty(a.shape, dtype=torch.float16) for a in (q, k, v))
+        flag = torch.zeros(1, dtype=torch.int32)
+        qk_norm_rope_(q, k, None, None, None, None, 1, n, h, hk, d, "none", 1e-6, "none", 0,
+                      v=v, copies=copies, flag=flag, scales=scales, store32=False, in16=True)
+        assert flag.item() == raised, case
+        if not raised:      # the copies are the unscaled products (exact: powers of two)
+            torch.testing.assert_close(copies[0].float(), q.float() * 2.0 ** 14, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="in16"):
+        qk_norm_rope_(q, k, None, None, None, None, 1, n, h, hk, d, "none", 1e-6, "none", 0,
+                      v=v, copies=copies, flag=flag, scales=None, store32=False, in16=True)
