@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -742,10 +743,14 @@ def fp16_products(monkeypatch, fp16_projections):
     yield made
 
 
-@pytest.mark.parametrize("causal,mask,probs,s", [(False, "none", True, 17), (True, "none", True, 33),
-                                                (True, "additive", False, 21)])
-def test_f16_products_under_high(fp16_products, causal, mask, probs, s):
+@pytest.mark.parametrize("causal,mask,probs,s,norm", [(False, "none", True, 17, "none"),
+                                                     (True, "none", True, 33, "none"),
+                                                     (True, "additive", False, 21, "none"),
+                                                     (False, "none", True, 17, "fp32_weight")])
+def test_f16_products_under_high(fp16_products, causal, mask, probs, s, norm):
     spec = _w075_spec(causal, mask, probs)
+    if norm != "none":      # the norm's roundings stay in float32 behind fp16 products
+        spec = dataclasses.replace(spec, norm=norm, eps=1e-6)
     t = _inputs(spec, 2, s, 64, F32, mask_shape=(mask, None))
     t["x"][0, 1] = 0.0                              # a zero row: scale 1, exact zero products
     with torch.no_grad():
