@@ -45,14 +45,12 @@ def mode(device: torch.device) -> int:
     """0 (off), 1 or 2 (see above); read at every launch (the switch may change between
     calls)."""
     env = os.environ.get("INDUCTOR_GQA_PDL", "1")
-    if device.type != "cuda" or env not in ("1", "2"):
-        if env not in ("0", "1", "2"):
-            raise ValueError(f"INDUCTOR_GQA_PDL must be 0, 1 or 2, not {env!r}")
+    if env not in ("0", "1", "2"):
+        raise ValueError(f"INDUCTOR_GQA_PDL must be 0, 1 or 2, not {env!r}")
+    if env == "0" or device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1":
         return 0
-    if os.environ.get("TRITON_INTERPRET", "0") == "1":
-        return 0
-    return int(env) if _device_supports(device.index if device.index is not None
-                                        else torch.cuda.current_device()) else 0
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return int(env) if _device_supports(index) else 0
 
 
 _OPTIONS = ({}, {"PDL": 1, "launch_pdl": True}, {"PDL": 2, "launch_pdl": True})

@@ -11,4 +11,3 @@ def test_cdiv_matches_triton():
 def test_next_pow2_matches_triton():
     assert all(next_pow2(n) == triton.next_power_of_2(n) for n in range(1, 5000))
     assert next_pow2(0) == 1
-
