@@ -86,7 +86,8 @@ def _check_scaled16(x_abs_max, tok_inv, feat_inv_ptr, feat0, c, m2, flag_ptr):
     error of up to 2^-25 in scaled units, 2^-25 * tok_inv * feat_inv in true ones; that is within
     TF32's 2^-11 of the head row's largest true value M for every column while
     M >= 2^-14 * tok_inv * max(feat_inv). A nonzero row short of that raises the flag (its
-    overflow needs no test: fp16_rows' OUT16 scales bound every output below fp16's range)."""
+    overflow needs no test: the operand scales of fp16_rows.out16_target bound every output
+    below fp16's range)."""
     fmax = tl.max(tl.load(feat_inv_ptr + feat0[:, None] + c[None, :], mask=m2, other=0.0), 1)
     bad = (x_abs_max > 0.0) & (x_abs_max < tok_inv * fmax * FP16_MIN_NORMAL)
     tl.atomic_max(flag_ptr + tl.zeros_like(x_abs_max).to(tl.int32), 1, mask=bad)
