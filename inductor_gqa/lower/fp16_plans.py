@@ -105,9 +105,15 @@ def o_proj(t, spec, o, probs, prec, o16=None, copies=None, pending=()):
     return out.contiguous(), (probs if spec.return_probs else o.new_empty((0,)))
 
 
-# the float32 o_proj behind the fp16 one (3xTF32: Triton's TF32 truncates; it runs only when a
-# value left fp16's range, so it is checked to run, not tuned)
-_O_PROJ_FALLBACK = (128, 128, 32, 8, 8, 3)   # few programs: each exits at once when unused
+# the guarded GEMMs of the float32 fallback (the o_proj behind the fp16 one, f16proj16's float32
+# products): they run only when a value left fp16's range, so they are checked to run, not tuned
+_GUARDED_GEMM = (128, 128, 32, 8, 8, 3)   # few programs: each exits at once when unused
+
+
+def _guarded_gemm(x2d, w, y2d, prec, flag):
+    """y2d = x2d @ w^T, only if ``flag`` is raised (linear.py's GUARD 2)."""
+    cfg = _INTERPRETER_CONFIG if tuning.interpreting() else _GUARDED_GEMM
+    linear_kernels.launch(x2d, w, None, y2d, prec, *cfg, flag=flag, guard=2)
 
 
 def fp16_o_proj(t, spec, x):
@@ -151,8 +157,8 @@ def _o_proj16(o, o16, wo, wo16, flag, pending=()):
     out = _mm16(o16.view(b * s, hd), wo16.t())
     if side is not None:
         main.wait_stream(side)      # the float32 twin reads the fallback's o
-    cfg = _INTERPRETER_CONFIG if tuning.interpreting() else _O_PROJ_FALLBACK
-    linear_kernels.launch(o.view(b * s, hd), wo, None, out, "tf32x3", *cfg, flag=flag, guard=2)
+    # 3xTF32: Triton's TF32 truncates the operands
+    _guarded_gemm(o.view(b * s, hd), wo, out, "tf32x3", flag)
     return out.view(b, s, -1)
 
 
@@ -204,9 +210,8 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     def finish_fp32():
         # the float32 fallback's q, k, v: finished in place only if the flag was raised (by a
         # copy, or by the fp16-operand attention's output: hence after its launches)
-        if out16:
-            cfg = _INTERPRETER_CONFIG if tuning.interpreting() else _O_PROJ_FALLBACK
-            linear_kernels.launch(x16, w16, None, qkv32, "tf32", *cfg, flag=copies[3], guard=2)
+        if out16:   # fp16 operands: exact products, float32 accumulation
+            _guarded_gemm(x16, w16, qkv32, "tf32", copies[3])
         qk_norm_rope_(q, k, *tail, eps_k=eps_k_value, scales=scales, store32=True, guard=2,
                       v=v, flag=copies[3])
 

@@ -157,15 +157,15 @@ def linear_jobs():
             jobs.append(_job(f"qkv {cfg} bias={bias}", "inductor_gqa.kernels.linear",
                              "qkv_kernel", ptr,
                              dict(HAS_BIAS=bias, sq_n=1, sk_n=1, sv_m=1, **tiles), nw, ns))
-    from inductor_gqa.lower.fp16_plans import _O_PROJ_FALLBACK   # behind the fp16 o_proj
-    bm, bn, bk, gm, nw, ns = _O_PROJ_FALLBACK
-    jobs.append(_job(f"linear {_O_PROJ_FALLBACK} o_proj fallback guard=2",
+    from inductor_gqa.lower.fp16_plans import _GUARDED_GEMM   # behind the fp16 o_proj
+    bm, bn, bk, gm, nw, ns = _GUARDED_GEMM
+    jobs.append(_job(f"linear {_GUARDED_GEMM} o_proj fallback guard=2",
                      "inductor_gqa.kernels.linear", "linear_kernel",
                      dict(X="*fp32", W="*fp32", BIAS="*fp32", Y="*fp32", FLAG="*i32"),
                      dict(HAS_BIAS=False, sy_n=1, GUARD=2, PREC="tf32x3", BLOCK_M=bm,
                           BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm), nw, ns))
     # the f16proj16 plan's guarded float32 products from the scaled fp16 copies
-    jobs.append(_job(f"linear {_O_PROJ_FALLBACK} fp16 operands guard=2",
+    jobs.append(_job(f"linear {_GUARDED_GEMM} fp16 operands guard=2",
                      "inductor_gqa.kernels.linear", "linear_kernel",
                      dict(X="*fp16", W="*fp16", BIAS="*fp16", Y="*fp32", FLAG="*i32"),
                      dict(HAS_BIAS=False, sy_n=1, GUARD=2, PREC="tf32", BLOCK_M=bm,
