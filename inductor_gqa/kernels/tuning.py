@@ -156,6 +156,30 @@ def pick(key, candidates, run):
     return _CACHE[key]
 
 
+def first_runnable(key, candidates, run):
+    """The first candidate whose ``run`` launches (cached), for launches that are checked to run
+    and not timed: the guarded fallbacks, whose trial is their own guarded launch (it exits at
+    once while the flag is clear, and a config that does not fit fails at launch all the same),
+    so a trial never writes the caller's outputs from inputs only the fallback would finish."""
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    if len(candidates) == 1 or interpreting() or _capturing():
+        return candidates[0]
+    for c in candidates:
+        try:
+            run(c)
+        except Exception as e:  # noqa: BLE001
+            if type(e).__name__ != "OutOfResources":
+                FAILURES.setdefault(key, []).append((c, f"{type(e).__name__}: {e}"[:300]))
+                log.warning("inductor_gqa kernels: candidate %s for %s failed: %s: %s", c, key,
+                            type(e).__name__, str(e)[:300])
+            continue
+        _CACHE[key] = c
+        return c
+    raise RuntimeError(f"inductor_gqa kernels: no config ran for {key}")
+
+
 def failure_report() -> dict:
     """FAILURES with printable keys, for the perf scripts' JSON and exit status."""
     return {str(k): v for k, v in FAILURES.items()}

@@ -53,3 +53,49 @@ def test_failed_candidate_is_skipped_and_warming_moves_on(monkeypatch, scripted)
 def test_gemm_rows_bucket():
     assert [tuning.gemm_rows_bucket(m) for m in (1, 4, 5, 7, 131, 193, 256, 541, 7184)] == \
         [1, 4, 6, 8, 192, 256, 256, 768, 8192]
+
+
+def test_first_runnable_takes_the_first_that_launches(scripted):
+    class OutOfResources(Exception):
+        pass
+    ran = []
+
+    def run(c):
+        ran.append(c)
+        if c == "big":
+            raise OutOfResources("shared memory")
+    assert tuning.first_runnable("f", ["big", "a", "b"], run) == "a"
+    assert ran == ["big", "a"]                  # nothing timed, nothing after the first that ran
+    assert "f" not in tuning.FAILURES           # a config that does not fit is no failure
+    assert tuning.first_runnable("f", ["big", "a", "b"], None) == "a"   # cached
+    with pytest.raises(RuntimeError, match="no config ran"):
+        tuning.first_runnable("g", ["big", "big"], run)
+
+
+def test_fallback_trial_is_its_guarded_launch(monkeypatch, scripted):
+    """The guarded fallback's config trial is the guarded launch itself (GUARD 2), never an
+    unguarded one: unguarded, it read float32 q/k/v that only the fallback finishes and wrote
+    over the call's probabilities (seen on the H200 on a bucket's first call)."""
+    import torch
+
+    from inductor_gqa.kernels import flash
+    from inductor_gqa.lower import attention as lower_attention
+    from inductor_gqa.plan.spec import BlockSpec
+
+    guards = []
+    monkeypatch.setattr(flash, "launch", lambda *a, **k: guards.append(k["guard"]))
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, rope="half", rotary_dim=16,
+                     core="explicit", scale=1.0, causal=False, return_probs=True)
+    b, s = 1, 8
+    q = torch.zeros(b * s, 64)
+    kv = torch.zeros(b * s, 32)
+    f16 = (q.half(), kv.half(), kv.half(), torch.zeros(1, dtype=torch.int32))
+    def pick(key, cands, run):      # as tuning.pick: a fallback key's trial runs its config
+        if "fallback" in key:
+            run(cands[0])
+        return "two-pass" if key[-1] == 3 else cands[0]
+    monkeypatch.setattr(tuning, "pick", pick)
+    monkeypatch.setattr(lower_attention, "_single_pass_candidates", lambda *a: [(32, 32, 4, 1)])
+    lower_attention.attention(q, kv, kv, None, spec, b, s, 1.0, f16=f16)
+    assert guards[:2] == [1, 1]                 # the two passes on the fp16 copies
+    assert guards[2:] and set(guards[2:]) == {2}    # the fallback: trial and launch, guarded
