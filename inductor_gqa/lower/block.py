@@ -157,7 +157,7 @@ def _run(t, spec):
     if f16_projections_offered(t, x):
         plans.insert(0, "f16proj")
         if fp16_plans.f16_products_offered():
-            plans.insert(0, "f16proj16")
+            plans.insert(1, "f16proj16")
     plan = tuning.pick(key + (tuple(plans),), plans, lambda p: _run_plan(t, spec, p, *args))
     return _run_plan(t, spec, plan, *args)
 

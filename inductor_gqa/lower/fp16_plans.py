@@ -79,8 +79,10 @@ def f16_products_offered() -> bool:
     read again by the norm/RoPE launch) on operands scaled so that no product can overflow
     (``fp16_rows.out16_target``); the epilogue checks the scaled outputs' range
     (``qk_epilogue._check_scaled16``) and the fallback recomputes the products in float32 (a
-    guarded GEMM). Not yet measured on a GPU: offered only with INDUCTOR_GQA_FP16_QKV_OUT=1."""
-    return os.environ.get("INDUCTOR_GQA_FP16_QKV_OUT", "0") == "1"
+    guarded GEMM). A timed plan beside f16proj: on the H200 the whole block 231.8 -> 226.6 us at
+    512x16 and 231.3 -> 226.4 at 449x16, a tie at 131x1 and 4096x1, 0.8 us slower at 1024x2
+    (docs/kernels.md note 30). INDUCTOR_GQA_FP16_QKV_OUT=0 turns it off."""
+    return os.environ.get("INDUCTOR_GQA_FP16_QKV_OUT", "1") != "0"
 
 
 def f16_operands_allowed(dt, prec) -> bool:

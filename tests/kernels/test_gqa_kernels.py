@@ -18,6 +18,7 @@ def kernels_on_cpu(monkeypatch):
 from inductor_gqa.op import call_attention_block  # noqa: E402
 from inductor_gqa.op.reference import attention_block_reference  # noqa: E402
 from inductor_gqa.plan.spec import BlockSpec  # noqa: E402
+from inductor_gqa.kernels import tuning  # noqa: E402
 from inductor_gqa.lower import attention as attn, block, fp16_plans  # noqa: E402
 from inductor_gqa.workloads import check  # noqa: E402
 
@@ -226,7 +227,6 @@ def test_f16_copies_overflow_falls_back(tf32_allowed, monkeypatch, which, proj, 
     the guarded launches (attention, epilogue finisher, o_proj) get 2 programs each, which loop
     over all the work; ``proj``: the f16proj plan (its epilogue finisher too)."""
     if few:
-        from inductor_gqa.kernels import tuning
         monkeypatch.setattr(tuning, "GUARDED_PROGRAMS", 2)
     if proj:
         monkeypatch.delenv("INDUCTOR_GQA_FP16_PROJECTIONS")
@@ -700,8 +700,6 @@ def test_aligned_ragged_stores_only_where_they_apply():
 def test_cached_staged_choice_outside_its_scope_runs_the_pair(tf32_allowed, monkeypatch):
     """A staged-probabilities config chosen for one S of a bucket may not fit another S of it
     (shared memory grows with S): the call then takes the two passes instead of failing."""
-    from inductor_gqa.kernels import tuning
-
     spec = _w075_spec()
     t = _inputs(spec, 2, 17, 64, F32, mask_shape=("none", None))
     with torch.no_grad():
@@ -724,10 +722,13 @@ def test_cached_staged_choice_outside_its_scope_runs_the_pair(tf32_allowed, monk
 
 @pytest.fixture
 def fp16_products(monkeypatch, fp16_projections):
-    """The f16proj16 plan (the Q/K/V GEMM writing fp16): first plan under the interpreter.
-    Yields the list of (range flag, fp16 product) pairs the block made, to check that the plan
-    ran and whether it fell back."""
-    monkeypatch.setenv("INDUCTOR_GQA_FP16_QKV_OUT", "1")
+    """The f16proj16 plan (the Q/K/V GEMM writing fp16), taken by the plan choice (f16proj is
+    the first plan under the interpreter). Yields the list of (range flag, fp16 product) pairs
+    the block made, to check that the plan ran and whether it fell back."""
+    monkeypatch.delenv("INDUCTOR_GQA_FP16_QKV_OUT", raising=False)     # offered by default
+    pick = tuning.pick
+    monkeypatch.setattr(tuning, "pick", lambda key, cands, run: "f16proj16"
+                        if key[0] == "plan" and "f16proj16" in cands else pick(key, cands, run))
     made = {"flags": [], "products": []}
     range_flag, mm = fp16_plans._range_flag, fp16_plans._mm16_out16
 
