@@ -223,7 +223,7 @@ def epilogue_jobs():
     add("fp32", 64, 16, 4, "none", "half", 64, False, scaled=True, store32=True, guard=2)
     add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, True, scaled=True, store32=False)
     add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, False, scaled=True, guard=2)
-    # f16proj16 (opt-in): the same launch reading scaled fp16 products
+    # f16proj16: the same launch reading scaled fp16 products
     add("fp32", 64, 16, 4, "none", "half", 64, True, scaled=True, store32=False, in16=True)
     add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, True, scaled=True, store32=False,
         in16=True)
