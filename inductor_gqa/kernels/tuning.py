@@ -6,7 +6,8 @@ moment first (after a compile it idles at a low clock), and the candidates withi
 best are timed once more, interleaved, each keeping its faster reading: one slow reading must not
 decide a choice that every later call lives with. No timing ever happens while a
 CUDA graph is being captured or under the Triton interpreter: then the first candidate is used
-(and not cached, so a later eager call can still measure).
+(and not cached, so a later eager call can still measure). ``first_runnable`` is the untimed
+twin, for launches that are only checked to run (the guarded fallbacks).
 """
 
 from __future__ import annotations
