@@ -139,12 +139,7 @@ def pick(key, candidates, run):
                 warmed = True
             results.append((time_ms(lambda: run(c)), i))
         except Exception as e:  # noqa: BLE001
-            # a config that does not fit (shared memory, registers) is just not a candidate;
-            # anything else is a bug that would otherwise hide as a missing candidate
-            if type(e).__name__ != "OutOfResources":
-                FAILURES.setdefault(key, []).append((c, f"{type(e).__name__}: {e}"[:300]))
-                log.warning("inductor_gqa kernels: candidate %s for %s failed: %s: %s", c, key,
-                            type(e).__name__, str(e)[:300])
+            _failed(key, c, e)
             continue
     if not results:
         raise RuntimeError(f"inductor_gqa kernels: no config ran for {key}")
@@ -155,6 +150,15 @@ def pick(key, candidates, run):
     TIMINGS[key] = [(candidates[i], ms) for ms, i in results]
     _CACHE[key] = candidates[results[0][1]]
     return _CACHE[key]
+
+
+def _failed(key, candidate, e):
+    # a config that does not fit (shared memory, registers) is just not a candidate; anything
+    # else is a bug that would otherwise hide as a missing candidate
+    if type(e).__name__ != "OutOfResources":
+        FAILURES.setdefault(key, []).append((candidate, f"{type(e).__name__}: {e}"[:300]))
+        log.warning("inductor_gqa kernels: candidate %s for %s failed: %s: %s", candidate, key,
+                    type(e).__name__, str(e)[:300])
 
 
 def first_runnable(key, candidates, run):
@@ -171,10 +175,7 @@ def first_runnable(key, candidates, run):
         try:
             run(c)
         except Exception as e:  # noqa: BLE001
-            if type(e).__name__ != "OutOfResources":
-                FAILURES.setdefault(key, []).append((c, f"{type(e).__name__}: {e}"[:300]))
-                log.warning("inductor_gqa kernels: candidate %s for %s failed: %s: %s", c, key,
-                            type(e).__name__, str(e)[:300])
+            _failed(key, c, e)
             continue
         _CACHE[key] = c
         return c
