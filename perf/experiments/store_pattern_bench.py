@@ -22,11 +22,11 @@ import triton
 import triton.language as tl
 
 import gqa_pack_bench    # timing (this folder is sys.path[0])
+from store_peak_bench import _fill, write_rates
 
 
 @triton.jit
-def _tile_stores(P, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GP: tl.constexpr,
-                 H: tl.constexpr, EF: tl.constexpr):
+def _tile_stores(P, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GP: tl.constexpr):
     # the probabilities pass's program layout: program (m-tile, b*H/GP + head group); its rows
     # are GP heads x BLOCK_M // GP positions, head-major
     MR: tl.constexpr = BLOCK_M // GP
@@ -39,18 +39,8 @@ def _tile_stores(P, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GP: tl.cons
     cols = tl.arange(0, BLOCK_N)
     v = (r[:, None] + cols[None, :]).to(tl.float32)
     for n0 in range(0, S, BLOCK_N):
-        ptrs = P + row[:, None] + (n0 + cols)[None, :]
-        if EF:
-            tl.store(ptrs, v, eviction_policy="evict_first")
-        else:
-            tl.store(ptrs, v)
-
-
-@triton.jit
-def _fill(p, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(p + offs, tl.full([BLOCK], 0.5, tl.float32), mask=offs < n,
-             eviction_policy="evict_first")
+        # evict-first, as the pass stores
+        tl.store(P + row[:, None] + (n0 + cols)[None, :], v, eviction_policy="evict_first")
 
 
 # (BLOCK_M, BLOCK_N, GP, warps): the pass's tuned tiles first, then longer runs per row
@@ -71,18 +61,14 @@ def main():
         n = b * h * s * s
         t = torch.empty(n, device="cuda")
         row = {"fill": gqa_pack_bench.t_us(lambda: _fill[(triton.cdiv(n, 1024),)](
-            t, n, BLOCK=1024, num_warps=4))}
+            t, n, BLOCK=1024, EF=True, num_warps=4))}
         for bm, bn, gp, nw in PATTERNS:
             if s % bn or s % (bm // gp):
                 continue
             grid = (s // (bm // gp), b * h // gp)
-            for ef in (True,):
-                row[f"tile {bm}x{bn} gp{gp} w{nw}"] = gqa_pack_bench.t_us(
-                    lambda: _tile_stores[grid](t, s, BLOCK_M=bm, BLOCK_N=bn, GP=gp, H=h, EF=ef,
-                                               num_warps=nw))
-        rep[case] = {k: dict(us=v, write_gbs=n * 4 / v / 1e3) for k, v in row.items()}
-        for k, v in rep[case].items():
-            print(case, k, f"{v['us']:.1f} us, {v['write_gbs']:.0f} GB/s", flush=True)
+            row[f"tile {bm}x{bn} gp{gp} w{nw}"] = gqa_pack_bench.t_us(
+                lambda: _tile_stores[grid](t, s, BLOCK_M=bm, BLOCK_N=bn, GP=gp, num_warps=nw))
+        rep[case] = write_rates(case, row, n)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(rep, f, indent=1)

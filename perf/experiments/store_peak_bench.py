@@ -42,12 +42,18 @@ def main():
                 g = (triton.cdiv(n, blk),)
                 row[f"triton {blk} ef={ef}"] = gqa_pack_bench.t_us(
                     lambda: _fill[g](t, n, BLOCK=blk, EF=ef, num_warps=4))
-        rep[name] = {k: dict(us=v, write_gbs=n * 4 / v / 1e3) for k, v in row.items()}
-        for k, v in rep[name].items():
-            print(name, k, f"{v['us']:.1f} us, {v['write_gbs']:.0f} GB/s written", flush=True)
+        rep[name] = write_rates(name, row, n)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(rep, f, indent=1)
+
+
+def write_rates(case, row, n):
+    """{variant: {us, write_gbs}} for variants that each write n float32 values; printed."""
+    rates = {k: dict(us=v, write_gbs=n * 4 / v / 1e3) for k, v in row.items()}
+    for k, v in rates.items():
+        print(case, k, f"{v['us']:.1f} us, {v['write_gbs']:.0f} GB/s written", flush=True)
+    return rates
 
 
 if __name__ == "__main__":
