@@ -88,14 +88,16 @@ def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3
                    R, BLOCK_H, BLOCK_T, INTERLEAVED, LIBDEVICE)
 
 
-def scale_rows(mats, outs=None, zero=None, table=None, target=TARGET_EXP):
+def scale_rows(mats, outs=None, zero=None, table=None, target=TARGET_EXP, rows=None,
+               num_warps=None):
     """[x (M, K) float32 contiguous, ...] (one to four, same K) -> [(x16, inv), ...]: fp16 copies
     and the float32 reciprocals of their row scales (x == inv[:, None] * x16, up to fp16
     rounding). ``outs``: preallocated (x16, inv) per matrix, or None to allocate (contiguous;
     e.g. row blocks of one buffer, so that several weights become one GEMM operand). ``zero``:
     a one-element int32 tensor the launch sets to 0 (the fp16 plans' range flag). ``table``: a
     ``rope_table.TableJob`` whose RoPE tables the same launch builds. ``target``: the exponent
-    each row's maximum is scaled to (``TARGET_EXP``, or ``out16_target`` for fp16 products)."""
+    each row's maximum is scaled to (``TARGET_EXP``, or ``out16_target`` for fp16 products).
+    ``rows`` (rows per program) and ``num_warps``: the launch shape, for benchmarks."""
     if not 1 <= len(mats) <= 4:
         raise ValueError("scale_rows: one to four matrices")
     k = mats[0].shape[1]
@@ -113,7 +115,7 @@ def scale_rows(mats, outs=None, zero=None, table=None, target=TARGET_EXP):
                 or inv.shape != m.shape[:1] or inv.dtype != torch.float32):
             raise ValueError("scale_rows: outs must match the matrices (fp16 copy, fp32 [rows])")
     block_k = next_pow2(k)
-    rows = max(1, 4096 // block_k)
+    rows = rows or max(1, 4096 // block_k)
     if zero is not None and (zero.dtype != torch.int32 or zero.numel() != 1
                              or zero.device != mats[0].device):
         raise ValueError("scale_rows: zero must be a one-element int32 tensor on the device")
@@ -132,6 +134,6 @@ def scale_rows(mats, outs=None, zero=None, table=None, target=TARGET_EXP):
     grid = (ends[-1] + tprog,)
     scale_rows_kernel[grid](*args, k, zero if zero is not None else outs[0][1], *ends, *targs,
                             ROWS=rows, BLOCK_K=block_k, TARGET=int(target), ZERO=zero is not None,
-                            **tconsts, num_warps=8 if block_k >= 4096 else 4,
+                            **tconsts, num_warps=num_warps or (8 if block_k >= 4096 else 4),
                             **pdl.launch_options(mats[0].device))
     return outs
