@@ -347,10 +347,18 @@ def default_rows(block_d):
     return 16 if block_d <= 64 else max(1, min(32, 4096 // block_d))
 
 
+def default_warps(block_d, in16):
+    """Warps per program. fp16 inputs (in16) at head_dim 64: two, so that each thread loads 16
+    bytes of a half-row as the float32 form's four warps do (epilogue16_bench on the H200:
+    25.3 -> 23.9 us at 512x16, 23.1 -> 20.9 at 449x16, 13.4 -> 11.9 at 4096x1, bitwise the same
+    copies; runs/profiles/epilogue16_eba4acf.json)."""
+    return 2 if in16 and block_d <= 64 else 4
+
+
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_heads,
                   num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None, v=None,
                   copies=None, flag=None, scales=None, store32=None, guard=0, wo=None,
-                  rows=None, num_warps=4, programs=None, in16=False):
+                  rows=None, num_warps=None, programs=None, in16=False):
     """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin: [B, S, R]-broadcast
     views (None without RoPE). ``copies``: (q16, k16, v16) to also write fp16 copies of the
     float32 q, k (after norm and RoPE) and ``v`` [B*S, Hkv*D]; ``flag`` (int32, zeroed by the
@@ -369,6 +377,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     k_rows = batch * seq * num_kv_heads
     block_d = next_pow2(d)
     rows = rows or default_rows(block_d)
+    num_warps = num_warps or default_warps(block_d, in16)
     dummy = q
     if rope != "none":
         cs = (cos.stride(0), cos.stride(1), cos.stride(2))

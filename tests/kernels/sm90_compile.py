@@ -174,7 +174,8 @@ def linear_jobs():
 
 
 def epilogue_jobs():
-    from inductor_gqa.kernels.qk_epilogue import NORM_CODES, ROPE_CODES, default_rows
+    from inductor_gqa.kernels.qk_epilogue import (NORM_CODES, ROPE_CODES, default_rows,
+                                                  default_warps)
 
     jobs = []
 
@@ -205,7 +206,7 @@ def epilogue_jobs():
                          + (f" scaled strided store32={store32} guard={guard}" if scaled else "")
                          + (" in16" if in16 else ""),
                          "inductor_gqa.kernels.qk_epilogue", "qk_norm_rope_kernel", types,
-                         consts, 4))
+                         consts, default_warps(block_d, in16)))
 
     def add_table(dt, r, interleaved):
         block_h = 1 << (r // 2 - 1).bit_length()
