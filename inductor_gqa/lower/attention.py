@@ -71,15 +71,12 @@ def _attention_configs(dtype, d, mode, f16=False):
         return [(32, 32, 4, 1)]
     if f16:
         # measured on the H200 at W075 sizes (perf/experiments/fp16_scores_bench.py)
-        # 16- and 32-row tiles: more programs where B*H*S is small (541x1 has 144 row tiles of
-        # 64 for 132 SMs, each a chain of key tiles; both passes latency-bound there)
         if mode == 2:
             return [(64, 64, 4, 3), (128, 32, 8, 3), (64, 32, 4, 3), (128, 32, 8, 4),
-                    (128, 64, 8, 4), (128, 64, 8, 3), (32, 64, 4, 2), (32, 32, 4, 3),
-                    (16, 64, 4, 2)]
+                    (128, 64, 8, 4), (128, 64, 8, 3), (32, 64, 4, 2)]
         if mode == 1:
             return [(64, 128, 4, 2), (128, 64, 8, 3), (64, 128, 4, 3), (128, 128, 8, 3),
-                    (128, 128, 8, 2), (64, 64, 4, 2), (32, 128, 4, 2), (16, 128, 4, 2)]
+                    (128, 128, 8, 2), (64, 64, 4, 2)]
     if dtype == torch.float32:
         # measured on the H200 with K-major V: the probabilities pass likes narrow N tiles
         # (store + P@V per tile), the stats pass wide ones
