@@ -86,6 +86,131 @@ if HAVE_GLUON:
                                                          kvh * D],
                                                 kv_bar.index(slot), kv_smem.index(slot))
 
+    @gluon.constexpr_function
+    def _s_layout(BLOCK_N, NW):
+        """The scores' warpgroup-MMA layout."""
+        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                         instr_shape=[16, BLOCK_N, 16])
+
+    @gluon.constexpr_function
+    def _o_layout(D, NW):
+        """P @ V's warpgroup-MMA layout."""
+        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                         instr_shape=[16, D, 16])
+
+    @gluon.constexpr_function
+    def _st_layout(BLOCK_N, NW):
+        """The stores': 4 consecutive probabilities per thread (one 16-byte store), whole rows
+        per warp."""
+        tpr = BLOCK_N // 4 if BLOCK_N // 4 < 32 else 32
+        return gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[32 // tpr, tpr],
+                                warps_per_cta=[NW, 1], order=[1, 0])
+
+    @gluon.jit
+    def _stage_loop(u, n_comp, key0, m0, S, qscale, k_desc, v_desc, q_smem, kv_smem, p_smem,
+                    m_smem, kv_bar, kv_row, kvh, q_bar, q_loads, tok_wait, tok_phase, tok_pred,
+                    D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, WS: gl.constexpr,
+                    NW: gl.constexpr):
+        """Loop 1 over the key tiles key0 + j * BLOCK_N, j < n_comp (the ring's loads u + j),
+        once q has landed (its ``q_loads``-th load of ``q_bar``; with WS, also the other
+        warpgroup's token): scores, online max and
+        sum; p relative to the running max, staged as fp16 with that max. Returns the rows'
+        (max, sum) in log2 units."""
+        s_layout: gl.constexpr = _s_layout(BLOCK_N, NW)
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        rows_s = m0 + gl.arange(0, BLOCK_M, layout=row_s)
+        cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
+        l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
+        if WS:
+            mbarrier.wait(tok_wait, tok_phase, pred=tok_pred)
+        mbarrier.wait(q_bar, q_loads & 1)
+        for j in range(n_comp):
+            # every warp is past its wait on the MMA that read the slot refilled here
+            _block_barrier()
+            _issue(u, j + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+                   BLOCK_N, STAGES)
+            slot = (u + j) % STAGES
+            mbarrier.wait(kv_bar.index(slot), ((u + j) // STAGES) & 1)
+            k_t = kv_smem.index(slot).permute((1, 0))
+            s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
+            n0 = key0 + j * BLOCK_N
+            if n0 + BLOCK_N > S:
+                s = gl.where(gl.expand_dims(n0 + cols_s < S, 0), s, float("-inf"))
+            if CAUSAL:
+                if n0 + BLOCK_N - 1 > m0:
+                    s = gl.where(gl.expand_dims(rows_s, 1) >= gl.expand_dims(n0 + cols_s, 0),
+                                 s, float("-inf"))
+            # qscale > 0 commutes with the max (log2 units, one FMA per score below)
+            m_new = gl.maximum(m_i, gl.max(s, 1) * qscale)
+            m_u = gl.where(m_new == float("-inf"), 0.0, m_new)
+            p = gl.exp2(gl.fma(s, qscale, -gl.expand_dims(m_u, 1)))
+            l_i = l_i * gl.exp2(m_i - m_u) + gl.sum(p, 1)
+            m_i = m_new
+            p_smem.index(j).store(p.to(gl.float16))
+            m_smem.index(j).store(m_u)
+        return m_i, l_i
+
+    @gluon.jit
+    def _store_loop(u, n_comp, key0, lse_st, lse_o, p_rows, row_ok, S, k_desc, v_desc,
+                    kv_smem, p_smem, m_smem, kv_bar, kv_row, kvh,
+                    D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                    STAGES: gl.constexpr, NW: gl.constexpr):
+        """Loop 2 over the staged tiles: the probabilities p * 2^(m_j - lse) out (columns key0 +
+        j * BLOCK_N on, rows at ``p_rows``, where ``row_ok``) while P @ V_j runs on the staged
+        tile (the ring's loads u + n_comp + j); ``lse_st``/``lse_o``: the rows' log-sum-exp in
+        the stores' and the o layout. Returns P @ V, normalized, in the o layout."""
+        o_layout: gl.constexpr = _o_layout(D, NW)
+        st_layout: gl.constexpr = _st_layout(BLOCK_N, NW)
+        row_st: gl.constexpr = gl.SliceLayout(1, st_layout)
+        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        cols_st = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, st_layout))
+        o_zero = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+        acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+        for j in range(n_comp):
+            _block_barrier()
+            t = n_comp + j
+            _issue(u, t + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+                   BLOCK_N, STAGES)
+            slot = (u + t) % STAGES
+            mbarrier.wait(kv_bar.index(slot), ((u + t) // STAGES) & 1)
+            p_j = p_smem.index(j)
+            v_s = kv_smem.index(slot)
+            pv_tok = warpgroup_mma(p_j, v_s, o_zero, use_acc=False, is_async=True)
+            f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
+            prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
+            cols = key0 + j * BLOCK_N + cols_st
+            gl.store(p_rows + gl.expand_dims(cols, 0), prob,
+                     mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
+            pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
+            f_o = gl.exp2(m_smem.index(j).load(row_o) - lse_o)
+            acc = acc + pv * gl.expand_dims(f_o, 1)
+        return acc
+
+    @gluon.jit
+    def _store_o(acc, O, FLAG, b, h, m0, so_b, so_s, S,
+                 D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 GUARD: gl.constexpr, NW: gl.constexpr):
+        """o [B, S, H*D]-strided from the o-layout accumulator; an fp16 o raises FLAG by
+        flash.py's range rule (a bad row sends the block to the float32 fallback)."""
+        o_layout: gl.constexpr = _o_layout(D, NW)
+        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        rows_o = m0 + gl.arange(0, BLOCK_M, layout=row_o)
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+        o_ok = gl.expand_dims(rows_o < S, 1)
+        o_ptrs = (O + b.to(gl.int64) * so_b + gl.expand_dims(rows_o.to(gl.int64) * so_s, 1)
+                  + h * D + gl.expand_dims(offs_d, 0))
+        gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=o_ok)
+        if GUARD == 1:
+            if O.dtype.element_ty == gl.float16:
+                rmax = gl.max(gl.where(o_ok, gl.abs(acc), 0.0), 1)
+                bad = ((rmax > 0.0) & (rmax < FP16_MIN_NORMAL)) | (rmax >= 65504.0)
+                zero_i = gl.zeros_like(rows_o)
+                gl.atomic_max(FLAG + zero_i, zero_i + 1, mask=bad)
+
     @gluon.jit
     def _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                   H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
@@ -105,19 +230,7 @@ if HAVE_GLUON:
         kvh = h // G
         m0 = start_m * BLOCK_M
         kv_row = b * S              # rows of the [B*S, heads*D] q/k/V views
-
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK_N, 16])
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, D, 16])
-        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-        row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-        # the stores: 4 consecutive probabilities per thread (one 16-byte store), whole rows per
-        # warp
-        TPR: gl.constexpr = BLOCK_N // 4 if BLOCK_N // 4 < 32 else 32
-        st_layout: gl.constexpr = gl.BlockedLayout(
-            size_per_thread=[1, 4], threads_per_warp=[32 // TPR, TPR],
-            warps_per_cta=[NW, 1], order=[1, 0])
+        st_layout: gl.constexpr = _st_layout(BLOCK_N, NW)
         row_st: gl.constexpr = gl.SliceLayout(1, st_layout)
         col_st: gl.constexpr = gl.SliceLayout(0, st_layout)
 
@@ -134,47 +247,14 @@ if HAVE_GLUON:
         for i in gl.static_range(STAGES - 1):
             _issue(u, i, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D, BLOCK_N,
                    STAGES)
-
-        rows_s = m0 + gl.arange(0, BLOCK_M, layout=row_s)
-        cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
-        l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
-        if WS:
-            mbarrier.wait(tok_wait, tok_phase, pred=tok_pred)
-        mbarrier.wait(q_bar, nth & 1)
-
-        # loop 1: scores, online max and sum; p relative to the running max, staged as fp16
-        for j in range(n_comp):
-            # every warp is past its wait on the MMA that read the slot refilled here
-            _block_barrier()
-            _issue(u, j + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
-                   BLOCK_N, STAGES)
-            slot = (u + j) % STAGES
-            mbarrier.wait(kv_bar.index(slot), ((u + j) // STAGES) & 1)
-            k_t = kv_smem.index(slot).permute((1, 0))
-            s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
-            n0 = j * BLOCK_N
-            if n0 + BLOCK_N > S:
-                s = gl.where(gl.expand_dims(n0 + cols_s < S, 0), s, float("-inf"))
-            if CAUSAL:
-                if n0 + BLOCK_N - 1 > m0:
-                    s = gl.where(gl.expand_dims(rows_s, 1) >= gl.expand_dims(n0 + cols_s, 0),
-                                 s, float("-inf"))
-            # qscale > 0 commutes with the max (log2 units, one FMA per score below)
-            m_new = gl.maximum(m_i, gl.max(s, 1) * qscale)
-            m_u = gl.where(m_new == float("-inf"), 0.0, m_new)
-            p = gl.exp2(gl.fma(s, qscale, -gl.expand_dims(m_u, 1)))
-            l_i = l_i * gl.exp2(m_i - m_u) + gl.sum(p, 1)
-            m_i = m_new
-            p_smem.index(j).store(p.to(gl.float16))
-            m_smem.index(j).store(m_u)
+        m_i, l_i = _stage_loop(u, n_comp, 0, m0, S, qscale, k_desc, v_desc, q_smem, kv_smem,
+                               p_smem, m_smem, kv_bar, kv_row, kvh, q_bar, nth, tok_wait,
+                               tok_phase, tok_pred, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WS, NW)
 
         # the row's log-sum-exp (base 2); a row with l == 0 (wholly masked) gives NaN, as eager
         lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
         lse_st = gl.convert_layout(lse, row_st)
-        lse_o = gl.convert_layout(lse, row_o)
+        lse_o = gl.convert_layout(lse, gl.SliceLayout(1, _o_layout(D, NW)))
         # the staged tiles are read by other threads and by the MMA's async proxy
         fence_async_shared()
         _block_barrier()
@@ -185,27 +265,10 @@ if HAVE_GLUON:
         cols_st = gl.arange(0, BLOCK_N, layout=col_st)
         row_ok = gl.expand_dims(rows_st < S, 1)
         p_rows = P + bh.to(gl.int64) * sp_bh + gl.expand_dims(rows_st.to(gl.int64) * sp_s, 1)
-        o_zero = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
-        acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
         # loop 2: the normalized probabilities out, P @ V from the staged tiles
-        for j in range(n_comp):
-            _block_barrier()
-            t = n_comp + j
-            _issue(u, t + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
-                   BLOCK_N, STAGES)
-            slot = (u + t) % STAGES
-            mbarrier.wait(kv_bar.index(slot), ((u + t) // STAGES) & 1)
-            p_j = p_smem.index(j)
-            v_s = kv_smem.index(slot)
-            pv_tok = warpgroup_mma(p_j, v_s, o_zero, use_acc=False, is_async=True)
-            f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
-            prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
-            cols = j * BLOCK_N + cols_st
-            gl.store(p_rows + gl.expand_dims(cols, 0), prob,
-                     mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
-            pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
-            f_o = gl.exp2(m_smem.index(j).load(row_o) - lse_o)
-            acc = acc + pv * gl.expand_dims(f_o, 1)
+        acc = _store_loop(u, n_comp, 0, lse_st, lse_o, p_rows, row_ok, S, k_desc, v_desc,
+                          kv_smem, p_smem, m_smem, kv_bar, kv_row, kvh, D, BLOCK_M, BLOCK_N,
+                          STAGES, NW)
         if CAUSAL:
             zeros = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, st_layout)
             for j in range(n_comp, N_TILES):
@@ -213,21 +276,7 @@ if HAVE_GLUON:
                 gl.store(p_rows + gl.expand_dims(cols, 0), zeros,
                          mask=row_ok & gl.expand_dims(cols < S, 0),
                          eviction_policy="evict_first")
-
-        rows_o = m0 + gl.arange(0, BLOCK_M, layout=row_o)
-        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
-        o_ok = gl.expand_dims(rows_o < S, 1)
-        o_ptrs = (O + b.to(gl.int64) * so_b + gl.expand_dims(rows_o.to(gl.int64) * so_s, 1)
-                  + h * D + gl.expand_dims(offs_d, 0))
-        gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=o_ok)
-        if GUARD == 1:
-            if O.dtype.element_ty == gl.float16:
-                # flash.py's range rule for an fp16 output: a bad row sends the block to the
-                # float32 fallback
-                rmax = gl.max(gl.where(o_ok, gl.abs(acc), 0.0), 1)
-                bad = ((rmax > 0.0) & (rmax < FP16_MIN_NORMAL)) | (rmax >= 65504.0)
-                zero_i = gl.zeros_like(rows_o)
-                gl.atomic_max(FLAG + zero_i, zero_i + 1, mask=bad)
+        _store_o(acc, O, FLAG, b, h, m0, so_b, so_s, S, D, BLOCK_M, BLOCK_N, GUARD, NW)
         return u + 2 * n_comp
 
     @gluon.jit
