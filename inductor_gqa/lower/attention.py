@@ -12,7 +12,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from ..kernels import flash, probs_staged, tuning
+from ..kernels import flash, probs_split, probs_staged, tuning
 from ..plan.spec import BlockSpec
 
 
@@ -124,6 +124,16 @@ def _staged_candidates(f16, s, d, mask_kind, scale):
     return probs_staged.candidates(q16, k16, v16, s, d, mask_kind, scale)
 
 
+def _split_candidates(f16, s, d, mask_kind, scale, causal):
+    """kernels/probs_split.py's one-launch probabilities for rows too long for one program's
+    shared memory (each row tile's keys over 2-8 programs), for the fp16 copies, measured
+    against the pair. Opt-in, INDUCTOR_GQA_SPLIT_ROWS=1: not yet run on a GPU."""
+    if f16 is None or tuning.interpreting():
+        return []
+    q16, k16, v16, _ = f16
+    return probs_split.candidates(q16, k16, v16, s, d, mask_kind, scale, causal)
+
+
 # configs of the float32 fallback behind fp16 copies: it runs only when a value left fp16's range,
 # so it is not tuned for speed, only checked to run (small tiles fit any head_dim)
 _FALLBACK_CONFIGS = [(64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 1)]
@@ -227,6 +237,12 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         probs_staged.launch(q16, k16, v16, out16 if out16 is not None else o, probs, flag, b,
                             s, h, spec.groups, d, scale, spec.causal, cfg, guard=1)
 
+    def run_split(cfg):
+        q16, k16, v16, _ = f16
+        ws = probs_split.workspace(b, s, h, d, cfg, q.device)    # its counters zeroed
+        probs_split.launch(q16, k16, v16, out16 if out16 is not None else o, probs, flag, ws,
+                           b, s, h, spec.groups, d, scale, cfg, guard=1)
+
     def one(c):
         if c == "two-pass":
             two_pass()
@@ -234,13 +250,17 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
             # a choice cached for another S of the bucket may not fit this one's shared memory
             # (or this call's alignment): the pair then runs
             run_staged(c) if c in staged else two_pass()
+        elif c[0] == "split":
+            run_split(c) if c in split else two_pass()
         else:
             run(3, c, probs)
 
     singles = _single_pass_candidates(s, f16_cfgs, spec.groups)
     staged = _staged_candidates(f16, s, d, mk, scale)
-    if singles or staged:
-        one(tuning.pick(base_key + (3,), singles + ["two-pass"] + staged, one))
+    split = _split_candidates(f16, s, d, mk, scale, spec.causal)
+    if singles or staged or split:
+        key = base_key + (3,) + (("split",) if split else ())
+        one(tuning.pick(key, singles + ["two-pass"] + staged + split, one))
     else:
         two_pass()
     # the stats and probabilities passes in one launch

@@ -282,6 +282,36 @@ def staged_jobs():
     return jobs
 
 
+def split_jobs():
+    """kernels/probs_split.py's Gluon kernel (a row tile's keys over several programs) for every
+    config, with the most programs per row tile it allows and with two, guarded and not."""
+    from inductor_gqa.kernels import probs_split
+
+    if not probs_split.ps.HAVE_GLUON:
+        return []
+    from triton.experimental.gluon import language as gl
+
+    jobs = []
+    d = 64
+    for cfg in probs_split.CONFIGS:
+        bm, bn, nw, stages, n_tiles = cfg
+        if probs_split.smem_bytes(d, cfg) > SMEM_PER_BLOCK:
+            continue
+        desc = {}
+        for name, rows in (("q_desc", bm), ("k_desc", bn), ("v_desc", bn)):
+            layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.float16)
+            desc[name] = f"tensordesc<fp16[{rows}, {d}],{layout!r}>"
+        types = dict(desc, O="*fp16", P="*fp32", FLAG="*i32", WS_ML="*fp32", WS_O="*fp32",
+                     CNT="*i32", qscale="fp32")
+        for split, guard in ((probs_split.MAX_SPLIT, 1), (2, 0)):
+            consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=n_tiles, SPLIT=split,
+                          STAGES=stages, GUARD=guard, num_warps=nw)
+            jobs.append(_job(f"split {cfg} x{split} guard={guard}",
+                             "inductor_gqa.kernels.probs_split", "probs_split_kernel", types,
+                             consts, nw))
+    return jobs
+
+
 def pdl_jobs(jobs):
     """The first job of each kernel again with programmatic dependent launch (kernels/pdl.py:
     the PDL constexpr and the launch_pdl option together)."""
@@ -296,7 +326,7 @@ def pdl_jobs(jobs):
 
 
 def all_jobs():
-    jobs = attention_jobs() + linear_jobs() + epilogue_jobs() + staged_jobs()
+    jobs = attention_jobs() + linear_jobs() + epilogue_jobs() + staged_jobs() + split_jobs()
     return jobs + pdl_jobs(jobs)
 
 

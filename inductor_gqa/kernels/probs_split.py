@@ -1,5 +1,6 @@
-"""Experiment: the probabilities path in one launch for rows too long to stage in one program's
-shared memory (S > ~512), each row tile's keys split over SPLIT programs (Gluon, Hopper).
+"""The probabilities path in one launch for rows too long to stage in one program's shared memory
+(S > ~512), each row tile's keys split over SPLIT programs (Gluon, Hopper). Opt-in
+(``INDUCTOR_GQA_SPLIT_ROWS=1``) until measured on the H200.
 
 Why: above ~512 keys flash.py runs two passes (MODE 1 for each row's max and sum, MODE 2
 recomputing q @ k^T and the exponentials to store the probabilities); at 4096x1 the stats pass
@@ -22,19 +23,22 @@ Counters and workspace: ``cnt`` int32 [1 + 2 * groups] zeroed before each launch
 float32 [groups * SPLIT * 2 * BLOCK_M] (partial max and sum), ``ws_o`` float32
 [groups * SPLIT * BLOCK_M * D] (partial P @ V).
 
-Scope: fp16 q/k/V copies, float32 probabilities, non-causal, no mask tensor, scale > 0, head_dim
-a power of two in [16, 128], rows 16-byte aligned, Hopper. Built on probs_staged.py's loops.
-Compiled for sm_90 on the CPU by ``probs_split_bench.py --compile``; timed and checked on the GPU
-by ``probs_split_bench.py``.
+Scope (``supported``): fp16 q/k/V copies, float32 probabilities, non-causal, no mask tensor,
+scale > 0, head_dim a power of two in [16, 128], rows 16-byte aligned, 2 to 8 programs per row
+tile, Hopper. Built on probs_staged.py's loops. Compiled for sm_90 on the CPU by
+tests/kernels/sm90_compile.py; timed and checked on the GPU by
+perf/experiments/probs_split_bench.py.
 """
 
 from __future__ import annotations
 
 import torch
 
-from inductor_gqa.kernels import pdl
-from inductor_gqa.kernels import probs_staged as ps
-from inductor_gqa.kernels.host import cdiv
+import os
+
+from . import pdl
+from . import probs_staged as ps
+from .host import cdiv
 
 # (BLOCK_M, BLOCK_N, warps, K/V stages, key tiles per program)
 CONFIGS = [(64, 128, 4, 2, 4), (64, 64, 4, 3, 8), (64, 128, 4, 2, 2), (64, 64, 4, 3, 4),
@@ -161,11 +165,41 @@ def smem_bytes(head_dim, cfg) -> int:
 
 
 def split_of(seq, cfg) -> int:
+    """Programs per row tile: key chunks of BLOCK_N * tiles-per-program keys."""
     return cdiv(seq, cfg[1] * cfg[4])
+
+
+MAX_SPLIT = 8       # programs per row tile; the grid needs that many resident at once
+
+
+def enabled() -> bool:
+    """INDUCTOR_GQA_SPLIT_ROWS=1 offers the kernel to the tuner (not measured on a GPU yet)."""
+    return os.environ.get("INDUCTOR_GQA_SPLIT_ROWS", "0") == "1"
+
+
+def supported(q16, k16, v16, seq, head_dim, mask_kind, scale, causal, cfg) -> bool:
+    """Where this kernel may replace flash.py's probabilities pair (the module's scope)."""
+    views = (q16, k16, v16)
+    return (all(t.dtype == torch.float16 and t.stride(-1) == 1 and t.stride(0) % 8 == 0
+                and t.data_ptr() % 16 == 0 for t in views)
+            and mask_kind == 0 and not causal and scale > 0 and head_dim in (16, 32, 64, 128)
+            and 2 <= split_of(seq, cfg) <= MAX_SPLIT and cfg[0] == 16 * cfg[2]
+            and smem_bytes(head_dim, cfg) <= ps.SMEM_PER_BLOCK)
+
+
+def candidates(q16, k16, v16, seq, head_dim, mask_kind, scale, causal):
+    """The configs of ``CONFIGS`` this block may run, tagged for the tuner (none unless
+    ``enabled``)."""
+    if not (enabled() and ps.HAVE_GLUON and ps.available(q16.device)):
+        return []
+    return [("split",) + c for c in CONFIGS
+            if supported(q16, k16, v16, seq, head_dim, mask_kind, scale, causal, c)]
 
 
 def workspace(batch, seq, num_heads, head_dim, cfg, device):
     """(cnt, ws_ml, ws_o) for one launch; cnt must be zero when it starts."""
+    if cfg and cfg[0] == "split":
+        cfg = cfg[1:]
     groups = batch * num_heads * cdiv(seq, cfg[0])
     split = split_of(seq, cfg)
     return (torch.zeros(1 + 2 * groups, device=device, dtype=torch.int32),
@@ -176,13 +210,17 @@ def workspace(batch, seq, num_heads, head_dim, cfg, device):
 def launch(q16, k16, v16, out, probs, flag, ws, batch, seq, num_heads, groups, head_dim, scale,
            cfg, guard=0):
     """As probs_staged.launch (non-causal), with ``ws`` from ``workspace`` (its counters
-    zeroed)."""
+    zeroed); ``cfg`` optionally after the "split" tag."""
+    if cfg and cfg[0] == "split":
+        cfg = cfg[1:]
     block_m, block_n, num_warps, stages, n_tiles = cfg
     split = split_of(seq, cfg)
-    if split > 8:
-        raise ValueError(f"probs_split.launch: {split} programs per row tile (at most 8)")
-    if block_m != 16 * num_warps or smem_bytes(head_dim, cfg) > ps.SMEM_PER_BLOCK:
-        raise ValueError(f"probs_split.launch: config {cfg} does not fit")
+    if not supported(q16, k16, v16, seq, head_dim, 0, scale, False, cfg):
+        raise ValueError(f"probs_split.launch: S={seq}, head_dim={head_dim}, {q16.dtype} not "
+                         f"covered by config {cfg} ({split} programs per row tile)")
+    if probs.dtype != torch.float32 or probs.stride(-1) != 1 or probs.stride(1) != seq * seq:
+        raise ValueError("probs_split.launch: probabilities must be float32 [B, H, S, S] with "
+                         "contiguous heads")
     cnt, ws_ml, ws_o = ws
     rows = batch * seq
     kd = (num_heads // groups) * head_dim
