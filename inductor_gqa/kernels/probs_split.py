@@ -58,8 +58,10 @@ if ps.HAVE_GLUON:
                            GUARD: gl.constexpr, num_warps: gl.constexpr,
                            PDL: gl.constexpr = 0):
         ps._wait_for_predecessor(PDL)
+        # scalar atomics run in one thread and are broadcast to the others: every decision
+        # below that another program can change while this one runs is the same in all threads
         if GUARD == 1:
-            if gl.load(FLAG) != 0:
+            if gl.atomic_add(FLAG, 0, sem="relaxed", scope="gpu") != 0:
                 return
         # this program's place, in the order programs start (see the module docstring)
         ticket = gl.atomic_add(CNT, 1, sem="relaxed", scope="gpu")
@@ -99,7 +101,7 @@ if ps.HAVE_GLUON:
         while (seen < SPLIT) & (gave_up == 0):
             seen = gl.atomic_add(CNT + 1 + g, 0, sem="acquire", scope="gpu")
             if GUARD == 1:
-                gave_up = gl.load(FLAG, volatile=True)
+                gave_up = gl.atomic_add(FLAG, 0, sem="relaxed", scope="gpu")
         ps._block_barrier()
         if gave_up != 0:
             # the ring's loads loop 1 issued ahead for loop 2 land before the program ends
