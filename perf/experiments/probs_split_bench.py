@@ -12,8 +12,10 @@ Prediction (written before the first GPU run): at S <= 512 the staged ping-pong 
 512x16 from the pair's ~125 us to ~107; per score, this kernel does the same work (plus a
 partial-sum exchange of 0.5 KB and 16 KB per program), so the pair's 415 us at 4096x1 should
 become ~340-370 (the stats pass's 117 us gone, loop 2 ~10% slower than flash.py's
-probabilities pass), 2048x1 ~111 -> 90-100, 1024x2 ~61 -> 50-56, 541x1 ~22.6 -> 16-20. If it is
-not faster than the pair at 4096x1, staging rows across programs does not pay either.
+probabilities pass), 2048x1 ~111 -> 90-100, 1024x2 ~61 -> 50-56, 541x1 ~22.6 -> 16-20; at
+512x16 and 449x16 (two programs of 256 keys per row tile) about the staged ping-pong kernel's
+107 and 119 us. If it is not faster than the pair at 4096x1, staging rows across programs does
+not pay either.
 """
 import argparse
 
@@ -44,6 +46,11 @@ def bench(case_name):
     torch.cuda.synchronize()
     rep["pair"] = dict(us=st[0][0] + pr[0][0], stats=st[0], probs=pr[0], err=psb.errors(c, ref))
     print(case_name, "pair", rep["pair"], flush=True)
+    # the one-program staged kernels where a row tile fits (S <= ~512)
+    for cfg in split.ps.CONFIGS:
+        if split.ps.supported(c.q, c.k, c.v, s, gp.D, 0, 1.0, cfg):
+            rep[f"staged {cfg}"] = dict(us=gp.t_us(lambda cfg=cfg: psb.staged(c, cfg)))
+            print(case_name, f"staged {cfg}", rep[f"staged {cfg}"], flush=True)
     for cfg in split.CONFIGS:
         name = f"split {cfg}"
         try:
@@ -74,7 +81,7 @@ def bench(case_name):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", default="4096x1,2048x1,1024x2,541x1")
+    ap.add_argument("--cases", default="4096x1,2048x1,1024x2,541x1,512x16,449x16")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     gp.run_cases(bench, a.cases, a.out)
