@@ -67,12 +67,7 @@ if ps.HAVE_GLUON:
         ticket = gl.atomic_add(CNT, 1, sem="relaxed", scope="gpu")
         g = ticket // SPLIT
         part = ticket - g * SPLIT
-        start_m = g % n_m
-        bh = g // n_m
-        b = bh // H
-        h = bh - b * H
-        kvh = h // G
-        m0 = start_m * BLOCK_M
+        bh, b, h, kvh, m0 = ps._tile_coords(g, n_m, H, G, BLOCK_M)
         key0 = part * (N_TILES * BLOCK_N)
         kv_row = b * S + key0       # the chunk's first key row of the [B*S, heads*D] views
         n_comp = gl.minimum(gl.maximum((S - key0 + BLOCK_N - 1) // BLOCK_N, 0), N_TILES)

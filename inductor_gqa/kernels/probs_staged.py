@@ -212,6 +212,16 @@ if HAVE_GLUON:
                 gl.atomic_max(FLAG + zero_i, zero_i + 1, mask=bad)
 
     @gluon.jit
+    def _tile_coords(tile, n_m, H, G, BLOCK_M: gl.constexpr):
+        """Row tile ``tile`` (row tiles of one head consecutive): its (batch * H + head, batch,
+        head, KV head, first row)."""
+        start_m = tile % n_m
+        bh = tile // n_m
+        b = bh // H
+        h = bh - b * H
+        return bh, b, h, h // G, start_m * BLOCK_M
+
+    @gluon.jit
     def _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                   H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
                   tok_wait, tok_phase, tok_pred, tok_arrive,
@@ -223,12 +233,7 @@ if HAVE_GLUON:
         ``nth``: row tiles its warps did before (the q barrier's phase). With WS the loop 1s of
         the two warpgroups take turns (``tok_*``), so one's stores run under the other's
         exponentials. Returns the ring's load count after this tile."""
-        start_m = tile % n_m
-        bh = tile // n_m
-        b = bh // H
-        h = bh - b * H
-        kvh = h // G
-        m0 = start_m * BLOCK_M
+        bh, b, h, kvh, m0 = _tile_coords(tile, n_m, H, G, BLOCK_M)
         kv_row = b * S              # rows of the [B*S, heads*D] q/k/V views
         st_layout: gl.constexpr = _st_layout(BLOCK_N, NW)
         row_st: gl.constexpr = gl.SliceLayout(1, st_layout)
