@@ -170,6 +170,16 @@ def linear_jobs():
                      dict(X="*fp16", W="*fp16", BIAS="*fp16", Y="*fp32", FLAG="*i32"),
                      dict(HAS_BIAS=False, sy_n=1, GUARD=2, PREC="tf32", BLOCK_M=bm,
                           BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm), nw, ns))
+    # the split-K experiment (fp16 operands; float32 and fp16 products)
+    from inductor_gqa.kernels.linear import SPLITK_CONFIGS
+    for cfg in SPLITK_CONFIGS:
+        bm, bn, bk, gm, nw, ns, split = cfg
+        for out in ("fp32", "fp16"):
+            jobs.append(_job(f"linear_splitk {cfg} out={out}", "inductor_gqa.kernels.linear",
+                             "linear_splitk_kernel",
+                             dict(X="*fp16", W="*fp16", Y="*" + out, WS="*fp32", CNT="*i32"),
+                             dict(sy_n=1, PREC="tf32", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                                  GROUP_M=gm, SPLIT_K=split), nw, ns))
     return jobs
 
 
