@@ -6,8 +6,8 @@
   transposed ([Hkv*D, B*S], the K-major operand the float32 attention kernel wants) by the same
   store.
 * ``linear_splitk_kernel``: one weight, K split over several programs per output tile whose
-  partials the tile's last program sums in a fixed order (short M: an experiment against
-  cuBLAS, ``perf/experiments/splitk_gemm_bench.py``; not used by the block yet).
+  partials the tile's last program sums in a fixed order (short M; offered beside cuBLAS by
+  ``lower/fp16_plans._gemm16`` with INDUCTOR_GQA_SPLITK_GEMM=1, until measured on a GPU).
 
 float32 follows the matmul precision in force: "tf32" (TF32 tensor cores), or "tf32x3" (three
 TF32 products per tile, hi*hi + hi*lo + lo*hi: float32-level error at tensor-core speed) under

@@ -252,6 +252,18 @@ def epilogue_jobs():
                               TARGET=13 if k != 4096 else 0,
                               ZERO=k == 1024, **table),
                          8 if block_k >= 4096 else 4))
+    # with the split-K GEMMs' counters cleared after the range flag (fp16_plans._sync_words)
+    from inductor_gqa.lower.fp16_plans import _SPLITK_COUNTERS
+    n_zero = 1 + 2 * _SPLITK_COUNTERS
+    ptrs = {f"{n}{i}": t for i in range(4) for n, t in (("x", "*fp32"), ("y", "*fp16"),
+                                                         ("i", "*fp32"))}
+    jobs.append(_job("scale_rows K=1024 + split-K counters", "inductor_gqa.kernels.fp16_rows",
+                     "scale_rows_kernel",
+                     dict(ptrs, zero_ptr="*i32", inv_ptr="*fp32", pos_ptr="*i64",
+                          cos_ptr="*fp32", sin_ptr="*fp32"),
+                     dict(ROWS=4, BLOCK_K=1024, TARGET=1, ZERO=n_zero,
+                          ZERO_BLOCK=1 << (n_zero - 1).bit_length(), TABLE=True, R=64, BLOCK_H=32,
+                          BLOCK_T=8, LIBDEVICE=True), 4))
     add("bf16", 128, 96, 8, "fp32_weight", "half", 128)  # W092
     add("bf16", 128, 96, 8, "cast_weight", "interleaved", 64)
     add("fp16", 24, 6, 3, "fp32_one_plus_weight", "half", 16)
