@@ -201,12 +201,15 @@ SPLITK_CONFIGS = [(64, 128, 64, 8, 4, 3, 1), (64, 128, 64, 8, 4, 3, 2), (64, 128
                   (128, 64, 64, 8, 4, 3, 4)]
 
 
-def splitk_workspace(m, n, block_m, block_n, split_k, device):
-    """(ws, cnt) for ``launch_splitk``: fp32 partials, and the tiles' counters, zeroed here;
-    the kernel leaves them zero, so a pair may serve launches that run one after another."""
+def splitk_workspace(m, n, block_m, block_n, split_k, device, counters=None):
+    """(ws, cnt) for ``launch_splitk``: fp32 partials, and the tiles' counters, zeroed here
+    unless given (int32 words an earlier launch of the same stream cleared); the kernel leaves
+    them zero, so a pair may serve launches that run one after another."""
     tiles = cdiv(m, block_m) * cdiv(n, block_n)
+    if counters is None:
+        counters = torch.zeros(tiles, device=device, dtype=torch.int32)
     return (torch.empty(tiles * split_k * block_m * block_n, device=device, dtype=torch.float32),
-            torch.zeros(tiles, device=device, dtype=torch.int32))
+            counters)
 
 
 def launch_splitk(x2d, w, y2d, ws, block_m, block_n, block_k, group_m, split_k, num_warps,

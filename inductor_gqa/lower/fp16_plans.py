@@ -16,6 +16,7 @@ import os
 import torch
 
 from ..kernels import fp16_rows, tuning
+from ..kernels.host import cdiv
 from ..kernels import linear as linear_kernels
 from ..kernels.qk_epilogue import qk_norm_rope_
 from .attention import attention
@@ -99,15 +100,14 @@ def _gemm16(a, w, out_dtype, counters):
         return cublas()
     m, n = a.shape[0], w.shape[0]
     cfgs = [_INTERPRETER_SPLITK] if tuning.interpreting() else linear_kernels.SPLITK_CONFIGS
-    cfgs = [c for c in cfgs if -(-m // c[0]) * -(-n // c[1]) <= counters.numel()]
+    cfgs = [c for c in cfgs if cdiv(m, c[0]) * cdiv(n, c[1]) <= counters.numel()]
 
     def run(c):
         if c == "cublas":
             return cublas()
         bm, bn, bk, gm, nw, ns, split = c
         y = torch.empty((m, n), device=a.device, dtype=out_dtype)
-        ws = (torch.empty(-(-m // bm) * -(-n // bn) * split * bm * bn, device=a.device,
-                          dtype=torch.float32), counters)
+        ws = linear_kernels.splitk_workspace(m, n, bm, bn, split, a.device, counters)
         linear_kernels.launch_splitk(a, w, y, ws, bm, bn, bk, gm, split, nw, ns)
         return y
     cands = cfgs if tuning.interpreting() else ["cublas"] + cfgs
