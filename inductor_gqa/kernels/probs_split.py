@@ -176,10 +176,7 @@ def enabled() -> bool:
 
 def supported(q16, k16, v16, seq, head_dim, mask_kind, scale, causal, cfg) -> bool:
     """Where this kernel may replace flash.py's probabilities pair (the module's scope)."""
-    views = (q16, k16, v16)
-    return (all(t.dtype == torch.float16 and t.stride(-1) == 1 and t.stride(0) % 8 == 0
-                and t.data_ptr() % 16 == 0 for t in views)
-            and mask_kind == 0 and not causal and scale > 0 and head_dim in (16, 32, 64, 128)
+    return (ps.operands_ok(q16, k16, v16, head_dim, mask_kind, scale) and not causal
             and 2 <= split_of(seq, cfg) <= MAX_SPLIT and cfg[0] == 16 * cfg[2]
             and smem_bytes(head_dim, cfg) <= ps.SMEM_PER_BLOCK)
 
@@ -219,13 +216,8 @@ def launch(q16, k16, v16, out, probs, flag, ws, batch, seq, num_heads, groups, h
         raise ValueError("probs_split.launch: probabilities must be float32 [B, H, S, S] with "
                          "contiguous heads")
     cnt, ws_ml, ws_o = ws
-    rows = batch * seq
-    kd = (num_heads // groups) * head_dim
-    q2 = q16.as_strided((rows, num_heads * head_dim), (q16.stride(0), 1))
-    k2 = k16.as_strided((rows, kd), (k16.stride(0), 1))
-    v2 = v16.as_strided((rows, kd), (v16.stride(0), 1))
-    descs = (ps._desc(q2, [block_m, head_dim]), ps._desc(k2, [block_n, head_dim]),
-             ps._desc(v2, [block_n, head_dim]))
+    descs = ps.descriptors(q16, k16, v16, batch * seq, num_heads, groups, head_dim, block_m,
+                           block_n)
     n_m = cdiv(seq, block_m)
     n_groups = n_m * batch * num_heads
     probs_split_kernel[(n_groups * split,)](

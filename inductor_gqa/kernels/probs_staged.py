@@ -407,12 +407,17 @@ def smem_bytes(seq, head_dim, cfg) -> int:
     return 2 * one + 16 if "pp" in cfg else one
 
 
+def operands_ok(q16, k16, v16, head_dim, mask_kind, scale) -> bool:
+    """The operands these Gluon kernels (and probs_split.py's) take: fp16 rows 16-byte aligned
+    for the copy engine, no mask tensor, scale > 0, head_dim a power of two in [16, 128]."""
+    return (all(t.dtype == torch.float16 and t.stride(-1) == 1 and t.stride(0) % 8 == 0
+                and t.data_ptr() % 16 == 0 for t in (q16, k16, v16))
+            and mask_kind == 0 and scale > 0 and head_dim in (16, 32, 64, 128))
+
+
 def supported(q16, k16, v16, seq, head_dim, mask_kind, scale, cfg) -> bool:
     """Where this kernel may replace flash.py's probabilities path (see the module docstring)."""
-    views = (q16, k16, v16)
-    return (all(t.dtype == torch.float16 and t.stride(-1) == 1 and t.stride(0) % 8 == 0
-                and t.data_ptr() % 16 == 0 for t in views)
-            and mask_kind == 0 and scale > 0 and head_dim in (16, 32, 64, 128)
+    return (operands_ok(q16, k16, v16, head_dim, mask_kind, scale)
             and smem_bytes(seq, head_dim, cfg) <= SMEM_PER_BLOCK)
 
 
@@ -427,6 +432,17 @@ def candidates(q16, k16, v16, seq, head_dim, mask_kind, scale):
 def _desc(t2d, block):
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.float16)
     return TensorDescriptor(t2d, list(t2d.shape), list(t2d.stride()), block, layout)
+
+
+def descriptors(q16, k16, v16, rows, num_heads, groups, head_dim, block_m, block_n):
+    """The copy engine's descriptors of q [rows, H*D] (blocks of block_m rows) and K, V
+    [rows, Hkv*D] (blocks of block_n rows), each over its row stride."""
+    kd = (num_heads // groups) * head_dim
+    q2 = q16.as_strided((rows, num_heads * head_dim), (q16.stride(0), 1))
+    k2 = k16.as_strided((rows, kd), (k16.stride(0), 1))
+    v2 = v16.as_strided((rows, kd), (v16.stride(0), 1))
+    return (_desc(q2, [block_m, head_dim]), _desc(k2, [block_n, head_dim]),
+            _desc(v2, [block_n, head_dim]))
 
 
 def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_dim, scale,
@@ -448,13 +464,8 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
                          "contiguous heads")
     if block_m != 16 * num_warps:
         raise ValueError(f"probs_staged.launch: BLOCK_M must be 16 rows per warp ({cfg})")
-    rows = batch * seq
-    kd = (num_heads // groups) * head_dim
-    q2 = q16.as_strided((rows, num_heads * head_dim), (q16.stride(0), 1))
-    k2 = k16.as_strided((rows, kd), (k16.stride(0), 1))
-    v2 = v16.as_strided((rows, kd), (v16.stride(0), 1))
-    descs = (_desc(q2, [block_m, head_dim]), _desc(k2, [block_n, head_dim]),
-             _desc(v2, [block_n, head_dim]))
+    descs = descriptors(q16, k16, v16, batch * seq, num_heads, groups, head_dim, block_m,
+                        block_n)
     args = (out, probs, flag if guard else out, out.stride(0), out.stride(1), probs.stride(1),
             probs.stride(2), num_heads, groups, seq, float(scale) * LOG2E)
     n_m = cdiv(seq, block_m)
