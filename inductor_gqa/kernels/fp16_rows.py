@@ -66,19 +66,15 @@ def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3
                       ZERO: tl.constexpr, TABLE: tl.constexpr = False, R: tl.constexpr = 0,
                       BLOCK_H: tl.constexpr = 1, BLOCK_T: tl.constexpr = 1,
                       INTERLEAVED: tl.constexpr = False, LIBDEVICE: tl.constexpr = False,
-                      PDL: tl.constexpr = 0, ZERO_BLOCK: tl.constexpr = 1):
+                      PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
     # one flat grid: programs [0, e1) scale matrix 0, [e1, e2) matrix 1, ... and, with TABLE,
     # the programs from e4 on build the RoPE tables (rope_table.table_rows): one launch fewer
     # (a 2-D grid sized by the longest matrix left most programs idle)
     pid = tl.program_id(0)
-    if ZERO == 1:
+    if ZERO:
         if pid == 0:
             tl.store(zero_ptr, 0)
-    elif ZERO > 1:      # the flag and the counters of split-K GEMMs that follow
-        if pid == 0:
-            w = tl.arange(0, ZERO_BLOCK)
-            tl.store(zero_ptr + w, tl.zeros([ZERO_BLOCK], tl.int32), mask=w < ZERO)
     if pid < e1:
         _rows(x0, y0, i0, n0, K, pid, ROWS, BLOCK_K, TARGET)
     elif pid < e2:
@@ -98,8 +94,7 @@ def scale_rows(mats, outs=None, zero=None, table=None, target=TARGET_EXP, rows=N
     and the float32 reciprocals of their row scales (x == inv[:, None] * x16, up to fp16
     rounding). ``outs``: preallocated (x16, inv) per matrix, or None to allocate (contiguous;
     e.g. row blocks of one buffer, so that several weights become one GEMM operand). ``zero``:
-    int32 words the launch sets to 0 (the fp16 plans' range flag, and after it any split-K
-    counters of the plan's GEMMs). ``table``: a
+    a one-element int32 tensor the launch sets to 0 (the fp16 plans' range flag). ``table``: a
     ``rope_table.TableJob`` whose RoPE tables the same launch builds. ``target``: the exponent
     each row's maximum is scaled to (``TARGET_EXP``, or ``out16_target`` for fp16 products).
     ``rows`` (rows per program) and ``num_warps``: the launch shape, for benchmarks."""
@@ -121,9 +116,9 @@ def scale_rows(mats, outs=None, zero=None, table=None, target=TARGET_EXP, rows=N
             raise ValueError("scale_rows: outs must match the matrices (fp16 copy, fp32 [rows])")
     block_k = next_pow2(k)
     rows = rows or max(1, 4096 // block_k)
-    if zero is not None and (zero.dtype != torch.int32 or zero.dim() != 1 or zero.numel() < 1
-                             or not zero.is_contiguous() or zero.device != mats[0].device):
-        raise ValueError("scale_rows: zero must be a contiguous 1-D int32 tensor on the device")
+    if zero is not None and (zero.dtype != torch.int32 or zero.numel() != 1
+                             or zero.device != mats[0].device):
+        raise ValueError("scale_rows: zero must be a one-element int32 tensor on the device")
     args = []
     ends = []
     for i in range(4):
@@ -137,10 +132,8 @@ def scale_rows(mats, outs=None, zero=None, table=None, target=TARGET_EXP, rows=N
         # no tables: placeholders for the four pointers and four integers TABLE=False never reads
         targs, tconsts, tprog = (outs[0][1],) * 4 + (0, 1, 0, 0), {}, 0
     grid = (ends[-1] + tprog,)
-    n_zero = zero.numel() if zero is not None else 0
     scale_rows_kernel[grid](*args, k, zero if zero is not None else outs[0][1], *ends, *targs,
-                            ROWS=rows, BLOCK_K=block_k, TARGET=int(target), ZERO=n_zero,
-                            ZERO_BLOCK=next_pow2(max(n_zero, 1)),
+                            ROWS=rows, BLOCK_K=block_k, TARGET=int(target), ZERO=zero is not None,
                             **tconsts, num_warps=num_warps or (8 if block_k >= 4096 else 4),
                             **pdl.launch_options(mats[0].device))
     return outs

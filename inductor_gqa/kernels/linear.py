@@ -1,13 +1,10 @@
-"""Projection GEMMs in Triton: y = x @ W^T (+ b), one tile template for three kernels.
+"""Projection GEMMs in Triton: y = x @ W^T (+ b), one tile template for two kernels.
 
 * ``linear_kernel``: one weight (o_proj, or any single projection).
 * ``qkv_kernel``: the Q, K and V projections in one launch, reading the three weights where they
   are (no concatenation per call); each output has its own strides, so V can be written
   transposed ([Hkv*D, B*S], the K-major operand the float32 attention kernel wants) by the same
   store.
-* ``linear_splitk_kernel``: one weight, K split over several programs per output tile whose
-  partials the tile's last program sums in a fixed order (short M; offered beside cuBLAS by
-  ``lower/fp16_plans._gemm16`` with INDUCTOR_GQA_SPLITK_GEMM=1, until measured on a GPU).
 
 float32 follows the matmul precision in force: "tf32" (TF32 tensor cores), or "tf32x3" (three
 TF32 products per tile, hi*hi + hi*lo + lo*hi: float32-level error at tensor-core speed) under
@@ -18,7 +15,6 @@ the library GEMM is decided by measurement per shape bucket (``lower/linear.py``
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
@@ -44,21 +40,12 @@ def _mainloop(X, W, offs_m, offs_n, m_ok, n_ok, K, sx_m, sw_n, PREC: tl.constexp
               BLOCK_K: tl.constexpr):
     """x[offs_m] @ w[offs_n]^T over K (both K-contiguous), fp32 accumulation. ``UPCAST``: 16-bit
     operands multiplied as fp32 (the interpreter's 16-bit dot is not exact)."""
-    return _mainloop_range(X, W, offs_m, offs_n, m_ok, n_ok, 0, K, sx_m, sw_n, PREC, UPCAST,
-                           BLOCK_M, BLOCK_N, BLOCK_K)
-
-
-@triton.jit
-def _mainloop_range(X, W, offs_m, offs_n, m_ok, n_ok, k_lo, k_hi, sx_m, sw_n,
-                    PREC: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """``_mainloop`` over the columns [k_lo, k_hi) of the K dimension."""
     offs_k = tl.arange(0, BLOCK_K)
-    x_ptrs = X + offs_m[:, None].to(tl.int64) * sx_m + (k_lo + offs_k)[None, :]
-    w_ptrs = W + offs_n[:, None].to(tl.int64) * sw_n + (k_lo + offs_k)[None, :]
+    x_ptrs = X + offs_m[:, None].to(tl.int64) * sx_m + offs_k[None, :]
+    w_ptrs = W + offs_n[:, None].to(tl.int64) * sw_n + offs_k[None, :]
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        k_ok = (offs_k + k0) < k_hi
+    for k0 in range(0, K, BLOCK_K):
+        k_ok = (offs_k + k0) < K
         x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
         if UPCAST:
@@ -108,46 +95,6 @@ def linear_kernel(X, W, BIAS, Y, FLAG, M, N, K, sx_m, sw_n, sy_m, sy_n,
 
 
 @triton.jit
-def linear_splitk_kernel(X, W, Y, WS, CNT, M, N, K, sx_m, sw_n, sy_m, sy_n,
-                         PREC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
-                         UPCAST: tl.constexpr = False, PDL: tl.constexpr = 0):
-    """y = x @ W^T with K split over SPLIT_K programs per output tile: each writes its fp32
-    partial to WS, and the tile's last program to finish (counter CNT[tile], acquire-release)
-    sums the partials in split order (deterministic), stores y and resets the counter to 0, so
-    the counters are ready for the next launch. More programs for short M, where a tile's K
-    loop is a long dependent chain on few SMs."""
-    pdl.wait_for_predecessor(PDL)
-    pid = tl.program_id(0)
-    tile = pid // SPLIT_K
-    part = pid - tile * SPLIT_K
-    pid_m, pid_n = _grouped(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_ok = offs_m < M
-    n_ok = offs_n < N
-    k_per = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
-    k_lo = part * k_per
-    acc = _mainloop_range(X, W, offs_m, offs_n, m_ok, n_ok, k_lo, tl.minimum(K, k_lo + k_per),
-                          sx_m, sw_n, PREC, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
-    r = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    tl.store(WS + pid.to(tl.int64) * (BLOCK_M * BLOCK_N) + r, acc)
-    tl.debug_barrier()
-    # a scalar atomic: one thread performs it and the result is broadcast, so the branch below
-    # is the same in every thread
-    done = tl.atomic_add(CNT + tile, 1, sem="acq_rel", scope="gpu")
-    if done == SPLIT_K - 1:
-        tl.debug_barrier()
-        total = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        first = (tile * SPLIT_K).to(tl.int64) * (BLOCK_M * BLOCK_N)
-        for p in tl.static_range(SPLIT_K):
-            total += tl.load(WS + first + p * (BLOCK_M * BLOCK_N) + r, cache_modifier=".cg")
-        y_ptrs = Y + offs_m[:, None].to(tl.int64) * sy_m + offs_n[None, :].to(tl.int64) * sy_n
-        tl.store(y_ptrs, total.to(Y.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
-        tl.atomic_xchg(CNT + tile, 0, sem="relaxed", scope="gpu")
-
-
-@triton.jit
 def qkv_kernel(X, M, K, sx_m,
                WQ, BQ, YQ, NQ, sq_m, sq_n,
                WK, BK, YK, NK, sk_m, sk_n,
@@ -192,47 +139,6 @@ def launch(x2d, w, bias, y2d, prec, block_m, block_n, block_k, group_m, num_warp
         HAS_BIAS=bias is not None, PREC=prec, BLOCK_M=block_m, BLOCK_N=block_n,
         BLOCK_K=block_k, GROUP_M=group_m, GUARD=int(guard), num_warps=num_warps,
         num_stages=num_stages, **pdl.launch_options(y2d.device))
-
-
-# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps, stages, SPLIT_K): the split-K experiment's configs
-# for fp16 operands at W075's short M (131..2048 rows, K = 1024)
-SPLITK_CONFIGS = [(64, 128, 64, 8, 4, 3, 1), (64, 128, 64, 8, 4, 3, 2), (64, 128, 64, 8, 4, 3, 4),
-                  (64, 64, 64, 8, 4, 4, 4), (64, 64, 64, 8, 4, 4, 8), (128, 128, 64, 8, 8, 3, 2),
-                  (128, 64, 64, 8, 4, 3, 4)]
-
-
-def splitk_workspace(m, n, block_m, block_n, split_k, device, counters=None):
-    """(ws, cnt) for ``launch_splitk``: fp32 partials, and the tiles' counters, zeroed here
-    unless given (int32 words an earlier launch of the same stream cleared); the kernel leaves
-    them zero, so a pair may serve launches that run one after another."""
-    tiles = cdiv(m, block_m) * cdiv(n, block_n)
-    if counters is None:
-        counters = torch.zeros(tiles, device=device, dtype=torch.int32)
-    return (torch.empty(tiles * split_k * block_m * block_n, device=device, dtype=torch.float32),
-            counters)
-
-
-def launch_splitk(x2d, w, y2d, ws, block_m, block_n, block_k, group_m, split_k, num_warps,
-                  num_stages, prec="tf32"):
-    """y2d [M, N] = x2d [M, K] @ w [N, K]^T (16-bit or float32 operands, K-contiguous rows; y2d
-    any strides and dtype) with K over ``split_k`` programs per tile; ``ws``: from
-    ``splitk_workspace`` for the same shape and config. Launches that share a ``ws`` must not
-    run at the same time."""
-    m, k = x2d.shape
-    n = w.shape[0]
-    buf, cnt = ws
-    tiles = cdiv(m, block_m) * cdiv(n, block_n)
-    if w.shape[1] != k or y2d.shape != (m, n) or x2d.stride(1) != 1 or w.stride(1) != 1:
-        raise ValueError("linear launch_splitk: x [M, K] and w [N, K] with unit column strides, "
-                         "y [M, N]")
-    if cnt.numel() < tiles or buf.numel() < tiles * split_k * block_m * block_n \
-            or cnt.dtype != torch.int32 or buf.dtype != torch.float32:
-        raise ValueError("linear launch_splitk: the workspace is for another shape or config")
-    linear_splitk_kernel[(tiles * split_k,)](
-        x2d, w, y2d, buf, cnt, m, n, k, x2d.stride(0), w.stride(0), y2d.stride(0), y2d.stride(1),
-        PREC=prec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
-        SPLIT_K=split_k, UPCAST=tuning.interpreting() and x2d.element_size() == 2,
-        num_warps=num_warps, num_stages=num_stages, **pdl.launch_options(y2d.device))
 
 
 def launch_qkv(x2d, parts, prec, block_m, block_n, block_k, group_m, num_warps, num_stages):

@@ -408,7 +408,7 @@ def smem_bytes(seq, head_dim, cfg) -> int:
 
 
 def operands_ok(q16, k16, v16, head_dim, mask_kind, scale) -> bool:
-    """The operands these Gluon kernels (and probs_split.py's) take: fp16 rows 16-byte aligned
+    """The operands these Gluon kernels (and stats_overlap.py's) take: fp16 rows 16-byte aligned
     for the copy engine, no mask tensor, scale > 0, head_dim a power of two in [16, 128]."""
     return (all(t.dtype == torch.float16 and t.stride(-1) == 1 and t.stride(0) % 8 == 0
                 and t.data_ptr() % 16 == 0 for t in (q16, k16, v16))

@@ -12,7 +12,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from ..kernels import flash, probs_split, probs_staged, tuning
+from ..kernels import flash, probs_staged, stats_overlap, tuning
 from ..plan.spec import BlockSpec
 
 
@@ -124,14 +124,16 @@ def _staged_candidates(f16, s, d, mask_kind, scale):
     return probs_staged.candidates(q16, k16, v16, s, d, mask_kind, scale)
 
 
-def _split_candidates(f16, s, d, mask_kind, scale, causal):
-    """kernels/probs_split.py's one-launch probabilities for rows too long for one program's
-    shared memory (each row tile's keys over 2-8 programs), for the fp16 copies, measured
-    against the pair. Opt-in, INDUCTOR_GQA_SPLIT_ROWS=1: not yet run on a GPU."""
-    if f16 is None or tuning.interpreting():
+def _overlap_candidates(f16, d, mask_kind, scale):
+    """kernels/stats_overlap.py's stats pass (each key tile's MMA under the previous tile's
+    exponentials, Gluon) for the fp16 copies, beside flash.py's MODE 1 configs. H200
+    (perf/experiments/stats_overlap_bench.py): causal 449x16 38.7 -> 24.5 us, 4096x1 84.5 -> 78.2;
+    not causal within +-2% (4096x1 116.3 -> 113.9). INDUCTOR_GQA_STATS_OVERLAP=0 turns it off."""
+    if (f16 is None or os.environ.get("INDUCTOR_GQA_STATS_OVERLAP", "1") == "0"
+            or tuning.interpreting()):
         return []
     q16, k16, v16, _ = f16
-    return probs_split.candidates(q16, k16, v16, s, d, mask_kind, scale, causal)
+    return stats_overlap.candidates(q16, k16, v16, d, mask_kind, scale)
 
 
 # configs of the float32 fallback behind fp16 copies: it runs only when a value left fp16's range,
@@ -185,6 +187,14 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     def run(mode, cfg, probs=None, ml=None, ops=main, guard=guard):
         if cfg == "sdpa":
             return _sdpa(q, k, v, spec, b, s, scale)
+        if cfg[0] == "overlap":
+            if cfg in overlap:
+                q16, k16, _, _ = f16
+                stats_overlap.launch(q16, k16, ml, flag, b, s, h, spec.groups, d, scale,
+                                     spec.causal, cfg, guard=1)
+                return o
+            # a choice cached for a call whose operands it took: flash.py's first config
+            cfg = _attention_candidates(dt, d, mode, f16 is not None, spec.groups)[0]
         qs, ks, vs, kmajor = ops
         upcast = tuning.interpreting() and qs[0].dtype != torch.float32
         bm, bn, nw, ns = cfg[:4]
@@ -221,9 +231,11 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     probs = torch.empty((b, h, s, s), device=q.device, dtype=dt)
     ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
 
+    overlap = _overlap_candidates(f16, d, mk, scale)
+
     def two_pass():
-        c1 = tuning.pick(base_key + (1,),
-                         _attention_candidates(dt, d, 1, f16_cfgs, spec.groups),
+        c1 = tuning.pick(base_key + (1,) + (("overlap",) if overlap else ()),
+                         _attention_candidates(dt, d, 1, f16_cfgs, spec.groups) + overlap,
                          lambda c: run(1, c, None, ml))
         run(1, c1, None, ml)        # pass 2 is measured on real statistics
         align4 = flash.align4_ok(s, 2, spec.causal, 1, 0)     # the pass's rule, block_n unused
@@ -237,12 +249,6 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         probs_staged.launch(q16, k16, v16, out16 if out16 is not None else o, probs, flag, b,
                             s, h, spec.groups, d, scale, spec.causal, cfg, guard=1)
 
-    def run_split(cfg):
-        q16, k16, v16, _ = f16
-        ws = probs_split.workspace(b, s, h, d, cfg, q.device)    # its counters zeroed
-        probs_split.launch(q16, k16, v16, out16 if out16 is not None else o, probs, flag, ws,
-                           b, s, h, spec.groups, d, scale, cfg, guard=1)
-
     def one(c):
         if c == "two-pass":
             two_pass()
@@ -250,17 +256,13 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
             # a choice cached for another S of the bucket may not fit this one's shared memory
             # (or this call's alignment): the pair then runs
             run_staged(c) if c in staged else two_pass()
-        elif c[0] == "split":
-            run_split(c) if c in split else two_pass()
         else:
             run(3, c, probs)
 
     singles = _single_pass_candidates(s, f16_cfgs, spec.groups)
     staged = _staged_candidates(f16, s, d, mk, scale)
-    split = _split_candidates(f16, s, d, mk, scale, spec.causal)
-    if singles or staged or split:
-        key = base_key + (3,) + (("split",) if split else ())
-        one(tuning.pick(key, singles + ["two-pass"] + staged + split, one))
+    if singles or staged:
+        one(tuning.pick(base_key + (3,), singles + ["two-pass"] + staged, one))
     else:
         two_pass()
     # the stats and probabilities passes in one launch

@@ -16,7 +16,6 @@ import os
 import torch
 
 from ..kernels import fp16_rows, tuning
-from ..kernels.host import cdiv
 from ..kernels import linear as linear_kernels
 from ..kernels.qk_epilogue import qk_norm_rope_
 from .attention import attention
@@ -75,46 +74,6 @@ def _mm16_out16(a, b):
         matmul.allow_fp16_reduced_precision_reduction = allowed
 
 
-# the split-K GEMM (kernels/linear.py, opt-in): offered up to this many rows, with this many
-# counters per GEMM (the tiles of its smallest-tile config at that many rows: 16 x 24)
-SPLITK_MAX_ROWS = 1024
-_SPLITK_COUNTERS = 512
-_INTERPRETER_SPLITK = (32, 32, 16, 2, 4, 1, 2)
-
-
-def splitk_offered(rows: int) -> bool:
-    """The fp16 plans' two cuBLAS GEMMs (Q/K/V, o_proj) may run as linear.py's split-K kernel
-    where it measures faster, up to SPLITK_MAX_ROWS rows. INDUCTOR_GQA_SPLITK_GEMM=1: opt-in
-    until measured on a GPU (docs/kernels.md note 33)."""
-    return (os.environ.get("INDUCTOR_GQA_SPLITK_GEMM", "0") == "1"
-            and rows <= SPLITK_MAX_ROWS)
-
-
-def _gemm16(a, w, out_dtype, counters):
-    """a [M, K] fp16 @ w [N, K]^T fp16 with float32 accumulation, out_dtype result: cuBLAS, or
-    (with ``counters``, int32 words scale_rows cleared) the split-K kernel, chosen per bucket by
-    measurement."""
-    def cublas():
-        return _mm16_out16(a, w.t()) if out_dtype == torch.float16 else _mm16(a, w.t())
-    if counters is None:
-        return cublas()
-    m, n = a.shape[0], w.shape[0]
-    cfgs = [_INTERPRETER_SPLITK] if tuning.interpreting() else linear_kernels.SPLITK_CONFIGS
-    cfgs = [c for c in cfgs if cdiv(m, c[0]) * cdiv(n, c[1]) <= counters.numel()]
-
-    def run(c):
-        if c == "cublas":
-            return cublas()
-        bm, bn, bk, gm, nw, ns, split = c
-        y = torch.empty((m, n), device=a.device, dtype=out_dtype)
-        ws = linear_kernels.splitk_workspace(m, n, bm, bn, split, a.device, counters)
-        linear_kernels.launch_splitk(a, w, y, ws, bm, bn, bk, gm, split, nw, ns)
-        return y
-    cands = cfgs if tuning.interpreting() else ["cublas"] + cfgs
-    key = ("gemm16", tuning.gemm_rows_bucket(m), n, a.shape[1], out_dtype)
-    return run(tuning.pick(key, cands, run))
-
-
 def f16_products_offered() -> bool:
     """f16proj16: the f16proj plan with its Q/K/V GEMM writing fp16 (half the bytes written and
     read again by the norm/RoPE launch) on operands scaled so that no product can overflow
@@ -135,12 +94,12 @@ def f16_operands_allowed(dt, prec) -> bool:
             and os.environ.get("INDUCTOR_GQA_FP16_OPERANDS", "1") != "0")
 
 
-def o_proj(t, spec, o, probs, prec, o16=None, copies=None, pending=(), counters=None):
+def o_proj(t, spec, o, probs, prec, o16=None, copies=None, pending=()):
     """4. o_proj: on the fp16 copies (o16, Wo16) with a guarded float32 fallback, or float32.
     ``pending``: the attention's deferred guarded fallback launches (``attention(deferred=)``),
-    run before anything reads the float32 o. ``counters``: for the split-K GEMM (``_gemm16``)."""
+    run before anything reads the float32 o."""
     if o16 is not None:
-        out = _o_proj16(o, *o16, copies[3], pending, counters)
+        out = _o_proj16(o, *o16, copies[3], pending)
     else:
         for run in pending:
             run()
@@ -180,7 +139,7 @@ def fp16_o_proj(t, spec, x):
 _SIDE_STREAMS: dict = {}
 
 
-def _o_proj16(o, o16, wo, wo16, flag, pending=(), counters=None):
+def _o_proj16(o, o16, wo, wo16, flag, pending=()):
     """The fp16 o_proj, then its guarded float32 twin. The attention's guarded fallbacks
     (``pending``) read only the flag unless it is raised, and nothing of the fp16 GEMM's: while a
     CUDA graph is captured they go on a side stream beside that GEMM, so their early-exit
@@ -197,7 +156,7 @@ def _o_proj16(o, o16, wo, wo16, flag, pending=(), counters=None):
     with torch.cuda.stream(side):       # no-op for None: the pending launches run in line
         for run in pending:
             run()
-    out = _gemm16(o16.view(b * s, hd), wo16, torch.float32, counters)
+    out = _mm16(o16.view(b * s, hd), wo16.t())
     if side is not None:
         main.wait_stream(side)      # the float32 twin reads the fallback's o
     # 3xTF32: Triton's TF32 truncates the operands
@@ -207,19 +166,17 @@ def _o_proj16(o, o16, wo, wo16, flag, pending=(), counters=None):
 
 def fp16_copies(q, k, v, flag=None):
     """(q16, k16, v16, flag): buffers for the epilogue's fp16 copies, and the range flag (zeroed
-    here unless given: ``_sync_words``' first, which scale_rows clears)."""
+    here unless given: ``_range_flag``'s, which scale_rows clears)."""
     if flag is None:
         flag = torch.zeros((1,), device=q.device, dtype=torch.int32)
     return tuple(torch.empty(a.shape, device=a.device, dtype=torch.float16)
                  for a in (q, k, v)) + (flag,)
 
 
-def _sync_words(x, splitk=False):
-    """The range flag, then (``splitk``) the counters of the plan's two split-K GEMMs: int32,
-    uninitialized; the plans that scale their GEMM operands have scale_rows clear them in its
-    launch (one launch fewer than a fill kernel)."""
-    return torch.empty((1 + (2 * _SPLITK_COUNTERS if splitk else 0),), device=x.device,
-                       dtype=torch.int32)
+def _range_flag(x):
+    """The range flag, uninitialized: the plans that scale their GEMM operands have scale_rows
+    clear it in its launch (one launch fewer than a fill kernel)."""
+    return torch.empty((1,), device=x.device, dtype=torch.int32)
 
 
 def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec, table=None,
@@ -231,17 +188,14 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     b, s, e = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     # the three weights' copies are row blocks of one operand: one GEMM for q, k and v
-    sync = _sync_words(x, splitk_offered(b * s))
-    flag = sync[:1]
-    ctr_qkv, ctr_o = (sync[1:1 + _SPLITK_COUNTERS], sync[1 + _SPLITK_COUNTERS:]) \
-        if sync.numel() > 1 else (None, None)
+    flag = _range_flag(x)
     target = fp16_rows.out16_target(e) if out16 else fp16_rows.TARGET_EXP
-    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]], sync,
+    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]], flag,
                                                          table, target)
     q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
     # scaled products [B*S, Nq+Nk+Nv] (float32, or fp16 with out16): q, k, v are its column
     # slices; the epilogue multiplies by x_inv (per token) and w_inv (per feature)
-    qkv = _gemm16(x16, w16, torch.float16 if out16 else torch.float32, ctr_qkv)
+    qkv = (_mm16_out16 if out16 else _mm16)(x16, w16.t())
     q, k, v = (qkv[:, a:z] for a, z in cuts)
     copies = fp16_copies(q, k, v, flag)
     o16 = fp16_o_proj(t, spec, x)
@@ -267,14 +221,13 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,
                          out16=o16[0] if o16 else None, before_fallback=finish_fp32,
                          deferred=pending)
-    return o_proj(t, spec, o, probs, prec, o16, copies, pending, ctr_o)
+    return o_proj(t, spec, o, probs, prec, o16, copies, pending)
 
 
 def _scaled_fp16_operands(x, ws, flag, table=None, target=fp16_rows.TARGET_EXP):
     """x [B, S, E] and the weights as fp16 copies with exact power-of-two row scales (each row's
     maximum in [2^target, 2^(target+1))): (x16 [B*S, E], x_inv, w16 [sum N, E], w_inv, cuts)
-    with the weights as row blocks of w16; the same launch sets ``flag`` (the range flag and
-    any counters after it) to 0."""
+    with the weights as row blocks of w16; the same launch sets ``flag`` to 0."""
     e = x.shape[-1]
     x2d = x.reshape(-1, e).contiguous()
     ws = [w.contiguous() for w in ws]

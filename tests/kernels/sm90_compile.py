@@ -170,16 +170,6 @@ def linear_jobs():
                      dict(X="*fp16", W="*fp16", BIAS="*fp16", Y="*fp32", FLAG="*i32"),
                      dict(HAS_BIAS=False, sy_n=1, GUARD=2, PREC="tf32", BLOCK_M=bm,
                           BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm), nw, ns))
-    # the split-K experiment (fp16 operands; float32 and fp16 products)
-    from inductor_gqa.kernels.linear import SPLITK_CONFIGS
-    for cfg in SPLITK_CONFIGS:
-        bm, bn, bk, gm, nw, ns, split = cfg
-        for out in ("fp32", "fp16"):
-            jobs.append(_job(f"linear_splitk {cfg} out={out}", "inductor_gqa.kernels.linear",
-                             "linear_splitk_kernel",
-                             dict(X="*fp16", W="*fp16", Y="*" + out, WS="*fp32", CNT="*i32"),
-                             dict(sy_n=1, PREC="tf32", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                                  GROUP_M=gm, SPLIT_K=split), nw, ns))
     return jobs
 
 
@@ -252,18 +242,6 @@ def epilogue_jobs():
                               TARGET=13 if k != 4096 else 0,
                               ZERO=k == 1024, **table),
                          8 if block_k >= 4096 else 4))
-    # with the split-K GEMMs' counters cleared after the range flag (fp16_plans._sync_words)
-    from inductor_gqa.lower.fp16_plans import _SPLITK_COUNTERS
-    n_zero = 1 + 2 * _SPLITK_COUNTERS
-    ptrs = {f"{n}{i}": t for i in range(4) for n, t in (("x", "*fp32"), ("y", "*fp16"),
-                                                         ("i", "*fp32"))}
-    jobs.append(_job("scale_rows K=1024 + split-K counters", "inductor_gqa.kernels.fp16_rows",
-                     "scale_rows_kernel",
-                     dict(ptrs, zero_ptr="*i32", inv_ptr="*fp32", pos_ptr="*i64",
-                          cos_ptr="*fp32", sin_ptr="*fp32"),
-                     dict(ROWS=4, BLOCK_K=1024, TARGET=1, ZERO=n_zero,
-                          ZERO_BLOCK=1 << (n_zero - 1).bit_length(), TABLE=True, R=64, BLOCK_H=32,
-                          BLOCK_T=8, LIBDEVICE=True), 4))
     add("bf16", 128, 96, 8, "fp32_weight", "half", 128)  # W092
     add("bf16", 128, 96, 8, "cast_weight", "interleaved", 64)
     add("fp16", 24, 6, 3, "fp32_one_plus_weight", "half", 16)
@@ -304,32 +282,28 @@ def staged_jobs():
     return jobs
 
 
-def split_jobs():
-    """kernels/probs_split.py's Gluon kernel (a row tile's keys over several programs) for every
-    config, with the most programs per row tile it allows and with two, guarded and not."""
-    from inductor_gqa.kernels import probs_split
+def overlap_jobs():
+    """kernels/stats_overlap.py's Gluon stats pass for every candidate config, causal and not."""
+    from inductor_gqa.kernels import stats_overlap
 
-    if not probs_split.ps.HAVE_GLUON:
+    if not stats_overlap.HAVE_GLUON:
         return []
     from triton.experimental.gluon import language as gl
 
     jobs = []
     d = 64
-    for cfg in probs_split.CONFIGS:
-        bm, bn, nw, stages, n_tiles = cfg
-        if probs_split.smem_bytes(d, cfg) > SMEM_PER_BLOCK:
-            continue
+    for cfg in stats_overlap.CONFIGS:
+        bm, bn, nw, stages = cfg
         desc = {}
-        for name, rows in (("q_desc", bm), ("k_desc", bn), ("v_desc", bn)):
+        for name, rows in (("q_desc", bm), ("k_desc", bn)):
             layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.float16)
             desc[name] = f"tensordesc<fp16[{rows}, {d}],{layout!r}>"
-        types = dict(desc, O="*fp16", P="*fp32", FLAG="*i32", WS_ML="*fp32", WS_O="*fp32",
-                     CNT="*i32", qscale="fp32")
-        for split, guard in ((probs_split.MAX_SPLIT, 1), (2, 0)):
-            consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=n_tiles, SPLIT=split,
-                          STAGES=stages, GUARD=guard, num_warps=nw)
-            jobs.append(_job(f"split {cfg} x{split} guard={guard}",
-                             "inductor_gqa.kernels.probs_split", "probs_split_kernel", types,
+        types = dict(desc, ML="*fp32", FLAG="*i32", qscale="fp32")
+        for causal in (False, True):
+            consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, CAUSAL=causal, GUARD=1,
+                          num_warps=nw)
+            jobs.append(_job(f"stats_overlap{' causal' if causal else ''} {cfg}",
+                             "inductor_gqa.kernels.stats_overlap", "stats_overlap_kernel", types,
                              consts, nw))
     return jobs
 
@@ -348,7 +322,8 @@ def pdl_jobs(jobs):
 
 
 def all_jobs():
-    jobs = attention_jobs() + linear_jobs() + epilogue_jobs() + staged_jobs() + split_jobs()
+    jobs = (attention_jobs() + linear_jobs() + epilogue_jobs() + staged_jobs()
+            + overlap_jobs())
     return jobs + pdl_jobs(jobs)
 
 

@@ -1,0 +1,41 @@
+"""Run a perf script with the tuner forced to candidates of one tag wherever a choice offers one,
+to check a kernel on the GPU where measurement alone would not pick it.
+
+    PYTHONPATH=$PWD python perf/experiments/force_choice.py --tag overlap perf/kernels_check.py \
+        --only W075-high,W075c-high --rounds 10 --no-time --no-compile --out $OUT/kc.json
+
+A candidate is taken when it is a tuple whose first item is the tag (e.g. ("overlap", 64, 128,
+4, 2)); the first such candidate of each choice is used, the others are timed as usual.
+"""
+import argparse
+import runpy
+import sys
+
+from inductor_gqa.kernels import tuning
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tag", required=True)
+    ap.add_argument("script")
+    a, rest = ap.parse_known_args()
+    pick = tuning.pick
+    forced = set()
+
+    def forced_pick(key, candidates, run):
+        for c in candidates:
+            if isinstance(c, tuple) and c and c[0] == a.tag:
+                if key not in forced:
+                    forced.add(key)
+                    print(f"force_choice: {c} for {key}", flush=True)
+                return c
+        return pick(key, candidates, run)
+
+    tuning.pick = forced_pick
+    sys.argv = [a.script] + rest
+    runpy.run_path(a.script, run_name="__main__")
+    print(f"force_choice: {len(forced)} choices forced to {a.tag!r}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
