@@ -22,6 +22,15 @@ both are in git history at d6f3097. Also measured, as uncommitted diffs describe
 early token (the other warpgroup's loop 1 starting after N key tiles of this one's) and SPLIT
 (loop 1's row reductions as two chains). ``--ncu CASE`` profiles the configs' launches
 (warp-stall samples of the ping-pong at 512x16 are in that round).
+
+OVERLAP (config flag "ov"; prediction written before its first GPU run): loop 1 issues tile
+j + 1's MMA before tile j's exponentials and waits after them, as kernels/stats_overlap.py (its
+sm_90 SASS interleaves the HGMMAs with the MUFU.EX2s; without the flag the wait follows each MMA).
+In the ping-pong, loop 1 is ~67 of 110 us at 512x16 and latency-bound on one warpgroup, so the
+overlap should show there: 512x16 110 -> 90-100 us, 449x16 119 -> 100-108, 373x8 40 -> 35; the
+one-tile kernel less. (The pass-level stats kernel gained nothing from it where many programs
+share an SM.) Run: --configs '[(64,128,4,2,"pp","ov"), (64,128,4,2,"ov"), (64,128,4,2,"pp"),
+(64,128,4,2), (64,64,4,3,"pp","ov"), (64,64,4,3,"pp")]'.
 """
 import argparse
 import json
