@@ -107,16 +107,36 @@ if HAVE_GLUON:
                                 warps_per_cta=[NW, 1], order=[1, 0])
 
     @gluon.jit
-    def _stage_tile(s, j, m_i, l_i, key0, m0, S, qscale, p_smem, m_smem,
-                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-                    MASKED: gl.constexpr, NW: gl.constexpr):
-        """Key tile j's scores into the rows' online (max, sum); p relative to the running max
-        staged as fp16 with that max. MASKED: the tile may cross the sequence end or the
-        diagonal (a branch per mask, taken only where it does)."""
+    def _stage_loop(u, n_comp, key0, m0, S, qscale, k_desc, v_desc, q_smem, kv_smem, p_smem,
+                    m_smem, kv_bar, kv_row, kvh, q_bar, q_loads, tok_wait, tok_phase, tok_pred,
+                    D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, WS: gl.constexpr,
+                    NW: gl.constexpr):
+        """Loop 1 over the key tiles key0 + j * BLOCK_N, j < n_comp (the ring's loads u + j),
+        once q has landed (its ``q_loads``-th load of ``q_bar``; with WS, also the other
+        warpgroup's token): scores, online max and
+        sum; p relative to the running max, staged as fp16 with that max. Returns the rows'
+        (max, sum) in log2 units."""
         s_layout: gl.constexpr = _s_layout(BLOCK_N, NW)
-        if MASKED:
-            rows_s = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-            cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        rows_s = m0 + gl.arange(0, BLOCK_M, layout=row_s)
+        cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
+        l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
+        if WS:
+            mbarrier.wait(tok_wait, tok_phase, pred=tok_pred)
+        mbarrier.wait(q_bar, q_loads & 1)
+        for j in range(n_comp):
+            # every warp is past its wait on the MMA that read the slot refilled here
+            _block_barrier()
+            _issue(u, j + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
+                   BLOCK_N, STAGES)
+            slot = (u + j) % STAGES
+            mbarrier.wait(kv_bar.index(slot), ((u + j) // STAGES) & 1)
+            k_t = kv_smem.index(slot).permute((1, 0))
+            s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
             n0 = key0 + j * BLOCK_N
             if n0 + BLOCK_N > S:
                 s = gl.where(gl.expand_dims(n0 + cols_s < S, 0), s, float("-inf"))
@@ -124,75 +144,14 @@ if HAVE_GLUON:
                 if n0 + BLOCK_N - 1 > m0:
                     s = gl.where(gl.expand_dims(rows_s, 1) >= gl.expand_dims(n0 + cols_s, 0),
                                  s, float("-inf"))
-        # qscale > 0 commutes with the max (log2 units, one FMA per score below)
-        m_new = gl.maximum(m_i, gl.max(s, 1) * qscale)
-        m_u = gl.where(m_new == float("-inf"), 0.0, m_new)
-        p = gl.exp2(gl.fma(s, qscale, -gl.expand_dims(m_u, 1)))
-        l_i = l_i * gl.exp2(m_i - m_u) + gl.sum(p, 1)
-        p_smem.index(j).store(p.to(gl.float16))
-        m_smem.index(j).store(m_u)
-        return m_new, l_i
-
-    @gluon.jit
-    def _stage_loop(u, n_comp, key0, m0, S, qscale, k_desc, v_desc, q_smem, kv_smem, p_smem,
-                    m_smem, kv_bar, kv_row, kvh, q_bar, q_loads, tok_wait, tok_phase, tok_pred,
-                    D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, WS: gl.constexpr,
-                    NW: gl.constexpr, OVERLAP: gl.constexpr = False):
-        """Loop 1 over the key tiles key0 + j * BLOCK_N, j < n_comp (the ring's loads u + j),
-        once q has landed (its ``q_loads``-th load of ``q_bar``; with WS, also the other
-        warpgroup's token): scores, online max and
-        sum; p relative to the running max, staged as fp16 with that max. Returns the rows'
-        (max, sum) in log2 units. OVERLAP: tile j + 1's MMA is issued before tile j's
-        exponentials and waited for after them (stats_overlap.py's loop: only the last tile
-        is masked, so no branch sits between the issue and the wait)."""
-        s_layout: gl.constexpr = _s_layout(BLOCK_N, NW)
-        row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-        s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
-        l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
-        if WS:
-            mbarrier.wait(tok_wait, tok_phase, pred=tok_pred)
-        mbarrier.wait(q_bar, q_loads & 1)
-        if OVERLAP:
-            # only the row's last key tile can cross S or (key tiles a multiple of the row
-            # tile, key0 == 0) the diagonal
-            gl.static_assert(BLOCK_N % BLOCK_M == 0)
-            _block_barrier()
-            _issue(u, STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
-                   BLOCK_N, STAGES)
-            slot = u % STAGES
-            mbarrier.wait(kv_bar.index(slot), (u // STAGES) & 1)
-            k_t = kv_smem.index(slot).permute((1, 0))
-            s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
-            for j in range(n_comp - 1):
-                # tile j's slot is free once every warp holds its scores: refill it
-                _block_barrier()
-                _issue(u, j + STAGES, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D,
-                       BLOCK_N, STAGES)
-                slot = (u + j + 1) % STAGES
-                mbarrier.wait(kv_bar.index(slot), ((u + j + 1) // STAGES) & 1)
-                k_t = kv_smem.index(slot).permute((1, 0))
-                s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
-                m_i, l_i = _stage_tile(s, j, m_i, l_i, key0, m0, S, qscale, p_smem, m_smem,
-                                       BLOCK_M, BLOCK_N, CAUSAL, False, NW)
-                s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
-            m_i, l_i = _stage_tile(s, n_comp - 1, m_i, l_i, key0, m0, S, qscale, p_smem, m_smem,
-                                   BLOCK_M, BLOCK_N, CAUSAL, True, NW)
-        else:
-            for j in range(n_comp):
-                # every warp is past its wait on the MMA that read the slot refilled here
-                _block_barrier()
-                _issue(u, j + STAGES - 1, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh,
-                       D, BLOCK_N, STAGES)
-                slot = (u + j) % STAGES
-                mbarrier.wait(kv_bar.index(slot), ((u + j) // STAGES) & 1)
-                k_t = kv_smem.index(slot).permute((1, 0))
-                s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
-                s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
-                m_i, l_i = _stage_tile(s, j, m_i, l_i, key0, m0, S, qscale, p_smem, m_smem,
-                                       BLOCK_M, BLOCK_N, CAUSAL, True, NW)
+            # qscale > 0 commutes with the max (log2 units, one FMA per score below)
+            m_new = gl.maximum(m_i, gl.max(s, 1) * qscale)
+            m_u = gl.where(m_new == float("-inf"), 0.0, m_new)
+            p = gl.exp2(gl.fma(s, qscale, -gl.expand_dims(m_u, 1)))
+            l_i = l_i * gl.exp2(m_i - m_u) + gl.sum(p, 1)
+            m_i = m_new
+            p_smem.index(j).store(p.to(gl.float16))
+            m_smem.index(j).store(m_u)
         return m_i, l_i
 
     @gluon.jit
@@ -268,8 +227,7 @@ if HAVE_GLUON:
                   tok_wait, tok_phase, tok_pred, tok_arrive,
                   D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr,
-                  OVERLAP: gl.constexpr = False):
+                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr):
         """One row tile (BLOCK_M query rows of one head): loop 1 stages p, loop 2 stores the
         probabilities and accumulates P @ V. ``u``: loads its warps' K/V ring took before;
         ``nth``: row tiles its warps did before (the q barrier's phase). With WS the loop 1s of
@@ -296,8 +254,7 @@ if HAVE_GLUON:
                    STAGES)
         m_i, l_i = _stage_loop(u, n_comp, 0, m0, S, qscale, k_desc, v_desc, q_smem, kv_smem,
                                p_smem, m_smem, kv_bar, kv_row, kvh, q_bar, nth, tok_wait,
-                               tok_phase, tok_pred, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WS, NW,
-                               OVERLAP)
+                               tok_phase, tok_pred, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WS, NW)
 
         # the row's log-sum-exp (base 2); a row with l == 0 (wholly masked) gives NaN, as eager
         lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
@@ -362,7 +319,7 @@ if HAVE_GLUON:
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                             GUARD: gl.constexpr, num_warps: gl.constexpr,
-                            PDL: gl.constexpr = 0, OVERLAP: gl.constexpr = False):
+                            PDL: gl.constexpr = 0):
         """One row tile per program (grid: row tiles x B*H)."""
         _wait_for_predecessor(PDL)
         if GUARD == 1:
@@ -375,8 +332,7 @@ if HAVE_GLUON:
         _row_tile(tile, 0, 0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                   H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
                   q_bar, 0, False, q_bar,
-                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps,
-                  OVERLAP)
+                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps)
         mbarrier.invalidate(q_bar)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(kv_bar.index(i))
@@ -387,7 +343,7 @@ if HAVE_GLUON:
                        kv_bar, tok,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       GUARD: gl.constexpr, NW: gl.constexpr, OVERLAP: gl.constexpr):
+                       GUARD: gl.constexpr, NW: gl.constexpr):
         """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
         Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
         k - 1 (token ``tok[1 - role]``) and then passes its own token."""
@@ -401,8 +357,7 @@ if HAVE_GLUON:
             u = _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
                           sp_s, H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar,
                           kv_bar, tok.index(1 - role), other & 1, other >= 0, tok.index(role),
-                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW,
-                          OVERLAP)
+                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW)
             nth += 1
 
     @gluon.jit
@@ -411,8 +366,7 @@ if HAVE_GLUON:
                               D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                               N_TILES: gl.constexpr, STAGES: gl.constexpr,
                               CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
-                              num_warps: gl.constexpr, PDL: gl.constexpr = 0,
-                              OVERLAP: gl.constexpr = False):
+                              num_warps: gl.constexpr, PDL: gl.constexpr = 0):
         """Persistent programs of two warpgroups, each with its own buffers, taking the
         program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
         while the other computes (FlashAttention-3's ping-pong, with the stores in the place
@@ -429,12 +383,10 @@ if HAVE_GLUON:
         gl.warp_specialize([
             (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0, kvb0, tok,
-                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
-                              OVERLAP)),
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
             (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1, kvb1, tok,
-                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
-                              OVERLAP)),
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
         ], [num_warps], [REGS])
 
 
@@ -519,7 +471,7 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
     n_m = cdiv(seq, block_m)
     meta = dict(D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=cdiv(seq, block_n),
                 STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps,
-                OVERLAP="ov" in cfg, **pdl.launch_options(out.device))
+                **pdl.launch_options(out.device))
     if pingpong:
         n_tiles = n_m * batch * num_heads
         grid = (min(n_tiles, _sm_count(q16.device)),)

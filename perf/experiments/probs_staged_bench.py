@@ -31,6 +31,11 @@ overlap should show there: 512x16 110 -> 90-100 us, 449x16 119 -> 100-108, 373x8
 one-tile kernel less. (The pass-level stats kernel gained nothing from it where many programs
 share an SM.) Run: --configs '[(64,128,4,2,"pp","ov"), (64,128,4,2,"ov"), (64,128,4,2,"pp"),
 (64,128,4,2), (64,64,4,3,"pp","ov"), (64,64,4,3,"pp")]'.
+Outcome (runs/profiles/probs_staged_overlap_cfa75f4.json): the 128-key ping-pong slower with it
+(512x16 115.0 vs 110.4 us, 449x16 131.3 vs 120.6, 373x8 41.3 vs 39.9; its second warpgroup, held
+to 168 registers, spills with two score tiles live), the 64-key ping-pong 1-4% faster but still
+behind the 128-key one, the one-tile kernel unchanged. Dead; the switch is in git history at
+cfa75f4.
 """
 import argparse
 import json
