@@ -14,26 +14,20 @@ def _copies(b=1, s=512, h=16, hk=4, d=64):
     return q, k, k.clone()
 
 
-@pytest.mark.parametrize("why", ["mask", "scale", "dtype", "head_dim", "stride", "rows", "tile"])
-def test_outside_its_scope_it_is_not_a_candidate(why):
+def test_it_takes_probs_staged_operands(monkeypatch):
+    # the operand rule (fp16, 16-byte rows, no mask tensor, scale > 0, head_dim) is
+    # probs_staged.operands_ok's, tested with that kernel
     q, k, v = _copies()
-    mask_kind, scale, d, cfg = 0, 1.0, 64, (64, 128, 4, 2)
-    assert stats_overlap.supported(q, k, v, d, mask_kind, scale, cfg)
-    if why == "mask":
-        mask_kind = 1
-    elif why == "scale":
-        scale = -1.0
-    elif why == "dtype":
-        q = q.to(torch.bfloat16)
-    elif why == "head_dim":
-        d = 48
-    elif why == "stride":
-        q = torch.zeros(512, 16 * 64 + 3, dtype=torch.float16)[:, :16 * 64]
-    elif why == "rows":
-        cfg = (64, 128, 8, 2)       # one warpgroup of 16 rows per warp
-    else:
-        cfg = (128, 64, 8, 2)       # key tiles a multiple of the row tile: one masked tile
-    assert not stats_overlap.supported(q, k, v, d, mask_kind, scale, cfg)
+    assert stats_overlap.supported(q, k, v, 64, 0, 1.0, (64, 128, 4, 2))
+    monkeypatch.setattr(stats_overlap.probs_staged, "operands_ok", lambda *a: False)
+    assert not stats_overlap.supported(q, k, v, 64, 0, 1.0, (64, 128, 4, 2))
+
+
+@pytest.mark.parametrize("cfg", [(64, 128, 8, 2),      # one warpgroup: 16 rows per warp
+                                 (128, 64, 8, 2)])     # key tiles a multiple of the row tile
+def test_tile_rules(cfg):
+    q, k, v = _copies()
+    assert not stats_overlap.supported(q, k, v, 64, 0, 1.0, cfg)
 
 
 def test_no_candidates_on_cpu_or_when_switched_off(monkeypatch):
