@@ -107,12 +107,12 @@ if HAVE_GLUON:
                                 warps_per_cta=[NW, 1], order=[1, 0])
 
     @gluon.jit
-    def _stage_loop(u, n_comp, key0, m0, S, qscale, k_desc, v_desc, q_smem, kv_smem, p_smem,
+    def _stage_loop(u, n_comp, m0, S, qscale, k_desc, v_desc, q_smem, kv_smem, p_smem,
                     m_smem, kv_bar, kv_row, kvh, q_bar, q_loads, tok_wait, tok_phase, tok_pred,
                     D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                     STAGES: gl.constexpr, CAUSAL: gl.constexpr, WS: gl.constexpr,
                     NW: gl.constexpr):
-        """Loop 1 over the key tiles key0 + j * BLOCK_N, j < n_comp (the ring's loads u + j),
+        """Loop 1 over the key tiles j * BLOCK_N, j < n_comp (the ring's loads u + j),
         once q has landed (its ``q_loads``-th load of ``q_bar``; with WS, also the other
         warpgroup's token): scores, online max and
         sum; p relative to the running max, staged as fp16 with that max. Returns the rows'
@@ -137,7 +137,7 @@ if HAVE_GLUON:
             k_t = kv_smem.index(slot).permute((1, 0))
             s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
-            n0 = key0 + j * BLOCK_N
+            n0 = j * BLOCK_N
             if n0 + BLOCK_N > S:
                 s = gl.where(gl.expand_dims(n0 + cols_s < S, 0), s, float("-inf"))
             if CAUSAL:
@@ -155,11 +155,11 @@ if HAVE_GLUON:
         return m_i, l_i
 
     @gluon.jit
-    def _store_loop(u, n_comp, key0, lse_st, lse_o, p_rows, row_ok, S, k_desc, v_desc,
+    def _store_loop(u, n_comp, lse_st, lse_o, p_rows, row_ok, S, k_desc, v_desc,
                     kv_smem, p_smem, m_smem, kv_bar, kv_row, kvh,
                     D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                     STAGES: gl.constexpr, NW: gl.constexpr):
-        """Loop 2 over the staged tiles: the probabilities p * 2^(m_j - lse) out (columns key0 +
+        """Loop 2 over the staged tiles: the probabilities p * 2^(m_j - lse) out (columns
         j * BLOCK_N on, rows at ``p_rows``, where ``row_ok``) while P @ V_j runs on the staged
         tile (the ring's loads u + n_comp + j); ``lse_st``/``lse_o``: the rows' log-sum-exp in
         the stores' and the o layout. Returns P @ V, normalized, in the o layout."""
@@ -182,7 +182,7 @@ if HAVE_GLUON:
             pv_tok = warpgroup_mma(p_j, v_s, o_zero, use_acc=False, is_async=True)
             f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
             prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
-            cols = key0 + j * BLOCK_N + cols_st
+            cols = j * BLOCK_N + cols_st
             gl.store(p_rows + gl.expand_dims(cols, 0), prob,
                      mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
             pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
@@ -252,7 +252,7 @@ if HAVE_GLUON:
         for i in gl.static_range(STAGES - 1):
             _issue(u, i, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D, BLOCK_N,
                    STAGES)
-        m_i, l_i = _stage_loop(u, n_comp, 0, m0, S, qscale, k_desc, v_desc, q_smem, kv_smem,
+        m_i, l_i = _stage_loop(u, n_comp, m0, S, qscale, k_desc, v_desc, q_smem, kv_smem,
                                p_smem, m_smem, kv_bar, kv_row, kvh, q_bar, nth, tok_wait,
                                tok_phase, tok_pred, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WS, NW)
 
@@ -271,7 +271,7 @@ if HAVE_GLUON:
         row_ok = gl.expand_dims(rows_st < S, 1)
         p_rows = P + bh.to(gl.int64) * sp_bh + gl.expand_dims(rows_st.to(gl.int64) * sp_s, 1)
         # loop 2: the normalized probabilities out, P @ V from the staged tiles
-        acc = _store_loop(u, n_comp, 0, lse_st, lse_o, p_rows, row_ok, S, k_desc, v_desc,
+        acc = _store_loop(u, n_comp, lse_st, lse_o, p_rows, row_ok, S, k_desc, v_desc,
                           kv_smem, p_smem, m_smem, kv_bar, kv_row, kvh, D, BLOCK_M, BLOCK_N,
                           STAGES, NW)
         if CAUSAL:
