@@ -250,6 +250,18 @@ def epilogue_jobs():
     return jobs
 
 
+def _fp16_descs(d, **rows):
+    """Signature types of fp16 copy-engine descriptors [rows, d] (Gluon kernels' arguments), as
+    the launcher builds them: name -> block rows."""
+    from triton.experimental.gluon import language as gl
+
+    types = {}
+    for name, n in rows.items():
+        layout = gl.NVMMASharedLayout.get_default_for([n, d], gl.float16)
+        types[name] = f"tensordesc<fp16[{n}, {d}],{layout!r}>"
+    return types
+
+
 def staged_jobs():
     """kernels/probs_staged.py's Gluon kernels (one row tile per program, and the ping-pong
     kernel) for every candidate config, at an aligned and a ragged S, causal and not."""
@@ -257,8 +269,6 @@ def staged_jobs():
 
     if not probs_staged.HAVE_GLUON:
         return []
-    from triton.experimental.gluon import language as gl
-
     jobs = []
     d = 64
     for cfg in probs_staged.CONFIGS:
@@ -267,11 +277,8 @@ def staged_jobs():
         for seq, causal in ((512, False), (449, False), (373, True)):
             if probs_staged.smem_bytes(seq, d, cfg) > SMEM_PER_BLOCK:
                 continue
-            desc = {}
-            for name, rows in (("q_desc", bm), ("k_desc", bn), ("v_desc", bn)):
-                layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.float16)
-                desc[name] = f"tensordesc<fp16[{rows}, {d}],{layout!r}>"
-            types = dict(desc, O="*fp16", P="*fp32", FLAG="*i32", qscale="fp32")
+            types = dict(_fp16_descs(d, q_desc=bm, k_desc=bn, v_desc=bn), O="*fp16",
+                         P="*fp32", FLAG="*i32", qscale="fp32")
             consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=-(-seq // bn), STAGES=stages,
                           CAUSAL=causal, GUARD=1, num_warps=nw)
             if pp:
@@ -288,17 +295,12 @@ def overlap_jobs():
 
     if not stats_overlap.HAVE_GLUON:
         return []
-    from triton.experimental.gluon import language as gl
-
     jobs = []
     d = 64
     for cfg in stats_overlap.CONFIGS:
         bm, bn, nw, stages = cfg
-        desc = {}
-        for name, rows in (("q_desc", bm), ("k_desc", bn)):
-            layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.float16)
-            desc[name] = f"tensordesc<fp16[{rows}, {d}],{layout!r}>"
-        types = dict(desc, ML="*fp32", FLAG="*i32", qscale="fp32")
+        types = dict(_fp16_descs(d, q_desc=bm, k_desc=bn), ML="*fp32", FLAG="*i32",
+                     qscale="fp32")
         for causal in (False, True):
             consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, CAUSAL=causal, GUARD=1,
                           num_warps=nw)
