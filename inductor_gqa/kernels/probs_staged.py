@@ -436,13 +436,15 @@ def _desc(t2d, block):
 
 def descriptors(q16, k16, v16, rows, num_heads, groups, head_dim, block_m, block_n):
     """The copy engine's descriptors of q [rows, H*D] (blocks of block_m rows) and K, V
-    [rows, Hkv*D] (blocks of block_n rows), each over its row stride."""
+    [rows, Hkv*D] (blocks of block_n rows), each over its row stride; V's is None for v16 None
+    (a kernel that reads no V)."""
     kd = (num_heads // groups) * head_dim
     q2 = q16.as_strided((rows, num_heads * head_dim), (q16.stride(0), 1))
     k2 = k16.as_strided((rows, kd), (k16.stride(0), 1))
-    v2 = v16.as_strided((rows, kd), (v16.stride(0), 1))
-    return (_desc(q2, [block_m, head_dim]), _desc(k2, [block_n, head_dim]),
-            _desc(v2, [block_n, head_dim]))
+    v_desc = None
+    if v16 is not None:
+        v_desc = _desc(v16.as_strided((rows, kd), (v16.stride(0), 1)), [block_n, head_dim])
+    return _desc(q2, [block_m, head_dim]), _desc(k2, [block_n, head_dim]), v_desc
 
 
 def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_dim, scale,

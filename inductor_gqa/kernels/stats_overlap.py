@@ -178,7 +178,7 @@ def launch(q16, k16, ml, flag, batch, seq, num_heads, groups, head_dim, scale, c
     if ml.dtype != torch.float32 or not ml.is_contiguous() or \
             ml.numel() < batch * num_heads * seq * 2:
         raise ValueError("stats_overlap.launch: ml must be contiguous float32 [B*H*S*2]")
-    q_desc, k_desc, _ = probs_staged.descriptors(q16, k16, k16, batch * seq, num_heads, groups,
+    q_desc, k_desc, _ = probs_staged.descriptors(q16, k16, None, batch * seq, num_heads, groups,
                                                  head_dim, block_m, block_n)
     grid = (cdiv(seq, block_m), batch * num_heads)
     stats_overlap_kernel[grid](q_desc, k_desc, ml, flag if guard else ml, num_heads, groups, seq,
