@@ -81,13 +81,14 @@ def _store16_pair(x16_ptr, offs1, offs2, x1, x2, m2, flag_ptr):
 
 
 @triton.jit
-def _check_scaled16(x_abs_max, tok_inv, fmax, flag_ptr):
+def _check_scaled16(x_abs_max, tok_inv, feat_inv_ptr, feat0, c, m2, flag_ptr):
     """Range rule for scaled fp16 GEMM outputs (IN16). An output below fp16's normal range has an
     error of up to 2^-25 in scaled units, 2^-25 * tok_inv * feat_inv in true ones; that is within
     TF32's 2^-11 of the head row's largest true value M for every column while
-    M >= 2^-14 * tok_inv * max(feat_inv) (``fmax``, over the head row's features). A nonzero row
-    short of that raises the flag (its overflow needs no test: the operand scales of
-    fp16_rows.out16_target bound every output below fp16's range)."""
+    M >= 2^-14 * tok_inv * max(feat_inv). A nonzero row short of that raises the flag (its
+    overflow needs no test: the operand scales of fp16_rows.out16_target bound every output
+    below fp16's range)."""
+    fmax = tl.max(tl.load(feat_inv_ptr + feat0[:, None] + c[None, :], mask=m2, other=0.0), 1)
     bad = (x_abs_max > 0.0) & (x_abs_max < tok_inv * fmax * FP16_MIN_NORMAL)
     tl.atomic_max(flag_ptr + tl.zeros_like(x_abs_max).to(tl.int32), 1, mask=bad)
 
@@ -95,15 +96,12 @@ def _check_scaled16(x_abs_max, tok_inv, fmax, flag_ptr):
 @triton.jit
 def _load_cols(base, cols, m2, feat0, tok_inv, feat_inv_ptr, SCALED: tl.constexpr):
     """Columns ``cols`` of the rows at ``base``, in fp32, with the GEMM operands' power-of-two
-    scales undone when SCALED (exact); and the feature scales used (ones without SCALED), which
-    the range check of IN16 reuses instead of loading them again."""
+    scales undone when SCALED (exact)."""
     x = tl.load(base + cols[None, :], mask=m2, other=0.0).to(tl.float32)
     if SCALED:
-        fi = tl.load(feat_inv_ptr + feat0[:, None] + cols[None, :], mask=m2, other=1.0)
-        x = x * tok_inv[:, None] * fi
-    else:
-        fi = tl.full(x.shape, 1.0, tl.float32)
-    return x, fi
+        x = x * tok_inv[:, None] * tl.load(feat_inv_ptr + feat0[:, None] + cols[None, :],
+                                           mask=m2, other=1.0)
+    return x
 
 
 @triton.jit
@@ -124,12 +122,11 @@ def _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
                  cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr, flag_ptr, tok_inv_ptr,
                  feat_inv_ptr, ld, D: tl.constexpr, ROWS: tl.constexpr, NORM: tl.constexpr,
                  F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
-                 STRIDED: tl.constexpr, IN16: tl.constexpr, CS_DUP: tl.constexpr = False):
+                 STRIDED: tl.constexpr, IN16: tl.constexpr):
     """``_rows`` for rotate-half RoPE over the whole head (R == D, a power of two): the row is
     loaded as its two halves, so the rotation partner of each value is in the same thread's
     registers (a rotation of one [ROWS, D] tile moves values between threads through shared
-    memory, with barriers). CS_DUP: cos/sin hold the same values in both halves (the rotate-half
-    tables of rope_table.py, built from cat((f, f))): one half of each is loaded."""
+    memory, with barriers)."""
     HALF: tl.constexpr = D // 2
     rows = pid * ROWS + tl.arange(0, ROWS)
     c = tl.arange(0, HALF)
@@ -146,12 +143,13 @@ def _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
         tok_inv = tl.load(tok_inv_ptr + rows // heads, mask=rmask, other=1.0)
     else:
         tok_inv = tl.zeros([ROWS], tl.float32)
-    x1, f1 = _load_cols(base, c, m2, feat0, tok_inv, feat_inv_ptr, SCALED)
-    x2, f2 = _load_cols(base, c + HALF, m2, feat0, tok_inv, feat_inv_ptr, SCALED)
+    x1 = _load_cols(base, c, m2, feat0, tok_inv, feat_inv_ptr, SCALED)
+    x2 = _load_cols(base, c + HALF, m2, feat0, tok_inv, feat_inv_ptr, SCALED)
     if IN16:
         amax = tl.maximum(tl.max(tl.where(m2, tl.abs(x1), 0.0), 1),
                           tl.max(tl.where(m2, tl.abs(x2), 0.0), 1))
-        _check_scaled16(amax, tok_inv, tl.maximum(tl.max(f1, 1), tl.max(f2, 1)), flag_ptr)
+        _check_scaled16(amax, tok_inv, feat_inv_ptr, feat0, c, m2, flag_ptr)
+        _check_scaled16(amax, tok_inv, feat_inv_ptr, feat0 + HALF, c, m2, flag_ptr)
     if NORM != 0:
         ms = (tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / D
         rs = 1.0 / tl.sqrt(ms + eps)
@@ -163,14 +161,8 @@ def _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
     cso = bi[:, None].to(tl.int64) * cs_b + si[:, None] * cs_s
     c1 = tl.load(cos_ptr + cso + c[None, :] * cs_d, mask=m2, other=1.0).to(tl.float32)
     s1 = tl.load(sin_ptr + cso + c[None, :] * cs_d, mask=m2, other=0.0).to(tl.float32)
-    if CS_DUP:
-        c2 = c1
-        s2 = s1
-    else:
-        c2 = tl.load(cos_ptr + cso + (c + HALF)[None, :] * cs_d, mask=m2,
-                     other=1.0).to(tl.float32)
-        s2 = tl.load(sin_ptr + cso + (c + HALF)[None, :] * cs_d, mask=m2,
-                     other=0.0).to(tl.float32)
+    c2 = tl.load(cos_ptr + cso + (c + HALF)[None, :] * cs_d, mask=m2, other=1.0).to(tl.float32)
+    s2 = tl.load(sin_ptr + cso + (c + HALF)[None, :] * cs_d, mask=m2, other=0.0).to(tl.float32)
     y1 = x1 * c1 + (-x2) * s1
     y2 = x2 * c2 + x1 * s2
     if STORE32:
@@ -201,11 +193,11 @@ def _rows(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
           D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
           NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, F16: tl.constexpr,
           SCALED: tl.constexpr, STORE32: tl.constexpr, STRIDED: tl.constexpr,
-          IN16: tl.constexpr = False, CS_DUP: tl.constexpr = False):
+          IN16: tl.constexpr = False):
     if (ROPE == 1) & (R == D) & (BLOCK_D == D):
         _rows_halves(x_ptr, w_ptr, n_rows, heads, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s,
                      cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr, ld, D, ROWS, NORM, F16,
-                     SCALED, STORE32, STRIDED, IN16, CS_DUP)
+                     SCALED, STORE32, STRIDED, IN16)
     else:
         _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s,
                    cs_d, x16_ptr, flag_ptr, tok_inv_ptr, feat_inv_ptr, ld, D, BLOCK_D, ROWS,
@@ -235,10 +227,10 @@ def _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
         tok_inv = tl.load(tok_inv_ptr + rows // heads, mask=rmask, other=1.0)
     else:
         tok_inv = tl.zeros([ROWS], tl.float32)
-    x, fi = _load_cols(base, cols, m2, feat0, tok_inv, feat_inv_ptr, SCALED)
+    x = _load_cols(base, cols, m2, feat0, tok_inv, feat_inv_ptr, SCALED)
     if IN16:
-        _check_scaled16(tl.max(tl.where(m2, tl.abs(x), 0.0), 1), tok_inv,
-                        tl.max(tl.where(m2, fi, 0.0), 1), flag_ptr)
+        _check_scaled16(tl.max(tl.where(m2, tl.abs(x), 0.0), 1), tok_inv, feat_inv_ptr, feat0,
+                        cols, m2, flag_ptr)
     # the rotation partner comes from registers when every column rotates (R == D, a power of two);
     # loading it per column (a permuted gather) measured twice the launch's DRAM time on the H200
     REG_ROT: tl.constexpr = (ROPE != 0) & (R == D) & (BLOCK_D == D)
@@ -252,8 +244,7 @@ def _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps,
             sign = tl.where((cols % 2) == 0, -1.0, 1.0)
         in_rot = cols < R
         pcol = tl.where(in_rot, pcol, cols)
-        xp, _ = _load_cols(base, pcol, m2 & in_rot[None, :], feat0, tok_inv, feat_inv_ptr,
-                           SCALED)
+        xp = _load_cols(base, pcol, m2 & in_rot[None, :], feat0, tok_inv, feat_inv_ptr, SCALED)
     if NORM != 0:
         ms = tl.sum(x * x, axis=1) / D
         rs = 1.0 / tl.sqrt(ms + eps)
@@ -294,7 +285,7 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                         F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
                         STORE_V32: tl.constexpr, GUARD: tl.constexpr, STRIDED: tl.constexpr,
                         WO: tl.constexpr, LOOP: tl.constexpr = False, PDL: tl.constexpr = 0,
-                        IN16: tl.constexpr = False, CS_DUP: tl.constexpr = False):
+                        IN16: tl.constexpr = False):
     pdl.wait_for_predecessor(PDL)
     if GUARD == 2:      # the float32 fallback's epilogue: only once the flag is raised
         if tl.load(flag_ptr) == 0:
@@ -308,13 +299,13 @@ def qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                      cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr, v16_ptr,
                      flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr, ld,
                      wo_ptr, wo16_ptr, wo_rows, nq, nk, nv, D, BLOCK_D, ROWS, NORM, ROPE, R,
-                     F16, SCALED, STORE32, STORE_V32, STRIDED, WO, IN16, CS_DUP)
+                     F16, SCALED, STORE32, STORE_V32, STRIDED, WO, IN16)
     else:
         _program(tl.program_id(0), q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S,
                  eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr,
                  v16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr, ld,
                  wo_ptr, wo16_ptr, wo_rows, nq, nk, nv, D, BLOCK_D, ROWS, NORM, ROPE, R,
-                 F16, SCALED, STORE32, STORE_V32, STRIDED, WO, IN16, CS_DUP)
+                 F16, SCALED, STORE32, STORE_V32, STRIDED, WO, IN16)
 
 
 @triton.jit
@@ -326,17 +317,17 @@ def _program(pid, q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, 
              NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
              F16: tl.constexpr, SCALED: tl.constexpr, STORE32: tl.constexpr,
              STORE_V32: tl.constexpr, STRIDED: tl.constexpr, WO: tl.constexpr,
-             IN16: tl.constexpr, CS_DUP: tl.constexpr = False):
+             IN16: tl.constexpr):
     # one flat grid: nq programs for q, then nk for k, nv for V, the rest for o_proj's weight
     # (a 2-D grid sized by q left most of the k, V and Wo programs with nothing to do)
     if pid < nq:
         _rows(q_ptr, qw_ptr, q_rows, HQ, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
               q16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, ld, D, BLOCK_D, ROWS, NORM, ROPE,
-              R, F16, SCALED, STORE32, STRIDED, IN16, CS_DUP)
+              R, F16, SCALED, STORE32, STRIDED, IN16)
     elif pid < nq + nk:
         _rows(k_ptr, kw_ptr, k_rows, HK, S, pid - nq, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
               k16_ptr, flag_ptr, tok_inv_ptr, kf_inv_ptr, ld, D, BLOCK_D, ROWS, NORM, ROPE,
-              R, F16, SCALED, STORE32, STRIDED, IN16, CS_DUP)
+              R, F16, SCALED, STORE32, STRIDED, IN16)
     elif pid < nq + nk + nv:    # V: its fp16 copy and/or its scales undone; no norm or RoPE
         _rows(v_ptr, kw_ptr, k_rows, HK, S, pid - nq - nk, eps_k, cos_ptr, sin_ptr, cs_b, cs_s,
               cs_d, v16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, ld, D, BLOCK_D, ROWS, 0, 0, 0,
@@ -367,7 +358,7 @@ def default_warps(block_d, in16):
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_heads,
                   num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None, v=None,
                   copies=None, flag=None, scales=None, store32=None, guard=0, wo=None,
-                  rows=None, num_warps=None, programs=None, in16=False, cs_dup=False):
+                  rows=None, num_warps=None, programs=None, in16=False):
     """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin: [B, S, R]-broadcast
     views (None without RoPE). ``copies``: (q16, k16, v16) to also write fp16 copies of the
     float32 q, k (after norm and RoPE) and ``v`` [B*S, Hkv*D]; ``flag`` (int32, zeroed by the
@@ -380,9 +371,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     same launch, with ``copies``. q, k (and v) are contiguous, or all three column slices of one
     [B*S, ld] matrix (a fused QKV product): rows ``ld`` apart. ``in16``: q, k, v are the scaled
     fp16 outputs of such a product (with ``scales`` and ``copies``, ``store32=False``): range-
-    checked by ``_check_scaled16``, the norm rounding to float32. ``cs_dup``: cos and sin hold
-    the same values in both halves of the rotary width (rope_table.py's rotate-half tables),
-    so the rotate-half path loads one half of each."""
+    checked by ``_check_scaled16``, the norm rounding to float32."""
     d = head_dim
     q_rows = batch * seq * num_heads
     k_rows = batch * seq * num_kv_heads
@@ -390,8 +379,6 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     rows = rows or default_rows(block_d)
     num_warps = num_warps or default_warps(block_d, in16)
     dummy = q
-    if cs_dup and rope != "half":
-        raise ValueError("qk_norm_rope_: cs_dup describes rotate-half tables only")
     if rope != "none":
         cs = (cos.stride(0), cos.stride(1), cos.stride(2))
     else:
@@ -455,5 +442,5 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
         R=rotary_dim if rope != "none" else 0, F16=f16, SCALED=scales is not None,
         STORE32=bool(store32), STORE_V32=store_v32, GUARD=int(guard), STRIDED=strided,
-        WO=wo is not None, LOOP=loop, num_warps=num_warps, IN16=bool(in16), CS_DUP=bool(cs_dup),
+        WO=wo is not None, LOOP=loop, num_warps=num_warps, IN16=bool(in16),
         **pdl.launch_options(q.device))

@@ -187,8 +187,7 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
         qk_norm_rope_(q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d,
                       spec.norm, eps_value, spec.rope, spec.rotary_dim, eps_k=eps_k_value,
                       v=v, copies=copies[:3] if f16 else None,
-                      flag=copies[3] if f16 else None, wo=o16[1:] if o16 else None,
-                      cs_dup=table is not None and spec.rope == "half")
+                      flag=copies[3] if f16 else None, wo=o16[1:] if o16 else None)
     # 3. attention -> o [B, S, H*D]
     pending = []        # the guarded fallbacks, run by o_proj before it reads the float32 o
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, v_kmajor, f16=copies,

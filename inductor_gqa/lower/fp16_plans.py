@@ -202,11 +202,8 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     scales = (x_inv, q_inv, k_inv, v_inv)
     tail = (t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
             eps_value, spec.rope, spec.rotary_dim)
-    # the tables this plan's first launch builds repeat each rotate-half angle in both halves
-    cs_dup = table is not None and spec.rope == "half"
     qk_norm_rope_(q, k, *tail, eps_k=eps_k_value, v=v, copies=copies[:3], flag=copies[3],
-                  scales=scales, store32=False, wo=o16[1:] if o16 else None, in16=out16,
-                  cs_dup=cs_dup)
+                  scales=scales, store32=False, wo=o16[1:] if o16 else None, in16=out16)
     if out16:
         # the float32 fallback's own scaled products (written only if the flag is raised)
         qkv32 = torch.empty(qkv.shape, device=x.device, dtype=torch.float32)
@@ -218,7 +215,7 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
         if out16:   # fp16 operands: exact products, float32 accumulation
             _guarded_gemm(x16, w16, qkv32, "tf32", copies[3])
         qk_norm_rope_(q, k, *tail, eps_k=eps_k_value, scales=scales, store32=True, guard=2,
-                      v=v, flag=copies[3], cs_dup=cs_dup)
+                      v=v, flag=copies[3])
 
     pending = []
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,

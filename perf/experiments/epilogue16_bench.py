@@ -11,15 +11,6 @@ norm/RoPE launch takes ~25 us for ~60 MB (2.4 TB/s) and scale_rows 17.5 us for ~
 what the float32 form (tuned at 16 rows) loaded, so fewer bytes are in flight per SM: 32 or 64
 rows should bring the norm/RoPE launch to 3.2-3.6 TB/s, -6 to -8 us at 512x16 and 449x16, -3 at
 4096x1. scale_rows is nearer its bound: at most -2 us at 512x16.
-
---old (prediction written before the GPU run): the launch loads, per element pair of a head row,
-the two fp16 halves, the feature scales twice (once to undo them, once more for the range
-check), and cos and sin for both halves: ten [rows, D/2] tiles from L1/L2 for 2 bytes from DRAM.
-Loading the feature scales once and, with the tables' duplicated halves (``cs_dup``), one half
-of cos and sin leaves six. If the launch is bound by those loads (2.3-2.9 TB/s of DRAM), -15 to
--25%: 512x16 ~24 -> 18-20 us, 449x16 ~21 -> 16-18, 4096x1 ~12 -> 9-10; bitwise the same copies.
-    git show a12d009:inductor_gqa/kernels/qk_epilogue.py > perf/experiments/_old_qk_epilogue.py
-    python perf/experiments/epilogue16_bench.py --old perf/experiments/_old_qk_epilogue.py
 """
 import argparse
 import json
@@ -72,11 +63,10 @@ def setup(s, b, g):
     wo16 = torch.empty_like(wo, dtype=torch.float16)
     scales = (x_inv, *(w_inv[a:z] for a, z in cuts))
 
-    def epilogue(mod=None, **kw):
-        (mod or qk_epilogue).qk_norm_rope_(q, k, None, None, cos, sin, b, s, H, HK, D, "none",
-                                           1e-6, "half", D, v=v, copies=copies, flag=flag,
-                                           scales=scales, store32=False, wo=(wo, wo16),
-                                           in16=True, **kw)
+    def epilogue(**kw):
+        qk_epilogue.qk_norm_rope_(q, k, None, None, cos, sin, b, s, H, HK, D, "none", 1e-6,
+                                  "half", D, v=v, copies=copies, flag=flag, scales=scales,
+                                  store32=False, wo=(wo, wo16), in16=True, **kw)
 
     moved_epi = qkv.numel() * 4 + wo.numel() * 6 + cos.numel() * 8
     moved_scale = (x.numel() + w16.numel()) * 6
@@ -99,44 +89,11 @@ def sweep(label, fn, variants, outputs, moved):
     return rows
 
 
-def ab(old_path, cases, out):
-    """--old: the norm/RoPE launch of another revision's qk_epilogue.py (its default launch)
-    against this one's, without and with ``cs_dup`` (the tables' halves loaded once); every
-    variant's copies must equal the old one's bitwise and leave the flag clear."""
-    import flash_ab_bench      # this folder is sys.path[0]
-    old = flash_ab_bench.load_module(old_path)
-    g = torch.Generator(device=DEV).manual_seed(0)
-    report = []
-    for case in cases.split(","):
-        s, b = (int(v) for v in case.split("x"))
-        a = setup(s, b, g)
-        outs = list(a["copies"]) + [a["wo16"]]
-        ref = None
-        for label, kw in (("old", dict(mod=old)), ("new", {}), ("new cs_dup", dict(cs_dup=True))):
-            for o in outs:
-                o.fill_(float("nan"))
-            a["epilogue"](**kw)
-            got = torch.cat([o.float().flatten() for o in outs])
-            ref = got if ref is None else ref
-            same = bool(torch.equal(got.nan_to_num(7.0), ref.nan_to_num(7.0)))
-            us = t_us(lambda: a["epilogue"](**kw)) if DEV == "cuda" else 1.0
-            r = dict(case=case, variant=label, us=us, tb_s=a["moved_epi"] / us / 1e6, same=same,
-                     flag=int(a["flag"].item()))
-            report.append(r)
-            print(r, flush=True)
-    if out:
-        with open(out, "w") as f:
-            json.dump(report, f, indent=1)
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--cases", default=",".join(f"{s}x{b}" for s, b in CASES))
     p.add_argument("--out", default="")
-    p.add_argument("--old", default="", help="A/B against this qk_epilogue.py (see ab)")
     args = p.parse_args()
-    if args.old:
-        return ab(args.old, args.cases, args.out)
     g = torch.Generator(device=DEV).manual_seed(0)
     report = []
     for case in args.cases.split(","):

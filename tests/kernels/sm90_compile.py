@@ -180,7 +180,7 @@ def epilogue_jobs():
     jobs = []
 
     def add(dt, d, heads, kv, norm, rope, r, f16=False, scaled=False, store32=True, guard=0,
-            in16=False, cs_dup=False):
+            in16=False):
         block_d = 1 << (d - 1).bit_length()
         types = {n: "*" + dt for n in ("q_ptr", "k_ptr", "qw_ptr", "kw_ptr", "cos_ptr",
                                        "sin_ptr", "v_ptr")}
@@ -201,11 +201,10 @@ def epilogue_jobs():
         consts = dict(D=d, BLOCK_D=block_d, ROWS=default_rows(block_d),
                       NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope], R=r, cs_d=1, F16=f16,
                       SCALED=scaled, STORE32=store32, STORE_V32=store32 and scaled, GUARD=guard,
-                      LOOP=guard == 2, STRIDED=scaled, WO=f16 and dt == "fp32", IN16=in16,
-                      CS_DUP=cs_dup)
+                      LOOP=guard == 2, STRIDED=scaled, WO=f16 and dt == "fp32", IN16=in16)
         jobs.append(_job(f"qk_norm_rope {dt} d{d} {heads}/{kv} {norm} {rope} r{r} f16={f16}"
                          + (f" scaled strided store32={store32} guard={guard}" if scaled else "")
-                         + (" in16" if in16 else "") + (" cs_dup" if cs_dup else ""),
+                         + (" in16" if in16 else ""),
                          "inductor_gqa.kernels.qk_epilogue", "qk_norm_rope_kernel", types,
                          consts, default_warps(block_d, in16)))
 
@@ -227,10 +226,6 @@ def epilogue_jobs():
     add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, False, scaled=True, guard=2)
     # f16proj16: the same launch reading scaled fp16 products
     add("fp32", 64, 16, 4, "none", "half", 64, True, scaled=True, store32=False, in16=True)
-    add("fp32", 64, 16, 4, "none", "half", 64, True, scaled=True, store32=False, in16=True,
-        cs_dup=True)       # the RoPE tables' duplicated halves loaded once
-    add("fp32", 64, 16, 4, "none", "half", 64, False, scaled=True, store32=True, guard=2,
-        cs_dup=True)
     add("fp32", 128, 8, 2, "fp32_weight", "interleaved", 64, True, scaled=True, store32=False,
         in16=True)
     for k in (1024, 4096, 16384):

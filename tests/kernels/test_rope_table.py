@@ -68,30 +68,3 @@ def test_tables_built_inside_scale_rows(interleaved):
     (x16b, xib), (w16b, wib) = scale_rows([x, w])
     assert torch.equal(x16, x16b) and torch.equal(w16, w16b)
     assert torch.equal(xi, xib) and torch.equal(wi, wib)
-
-
-@pytest.mark.parametrize("norm", ["none", "fp32_weight"])
-def test_duplicated_halves_read_once_by_the_epilogue(norm):
-    """The rotate-half tables repeat each angle in both halves, bit for bit, so the norm/RoPE
-    launch may load one half of cos and sin (``cs_dup``): the same q and k, bitwise."""
-    from inductor_gqa.kernels.qk_epilogue import qk_norm_rope_
-    b, s, h, hk, d = 2, 5, 2, 1, 16
-    inv = 1.0 / 10000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
-    pos = torch.arange(s)[None] + 3 * torch.arange(b)[:, None]
-    cos, sin = rope_tables(inv, pos, d, False, torch.float32, interpret=True)
-    assert torch.equal(cos[..., :d // 2], cos[..., d // 2:])
-    assert torch.equal(sin[..., :d // 2], sin[..., d // 2:])
-    g = torch.Generator().manual_seed(0)
-    q0 = torch.randn(b * s, h * d, generator=g)
-    k0 = torch.randn(b * s, hk * d, generator=g)
-    w = torch.rand(d, generator=g) + 0.5
-    got = []
-    for dup in (False, True):
-        q, k = q0.clone(), k0.clone()
-        qk_norm_rope_(q, k, w, w, cos, sin, b, s, h, hk, d, norm, 1e-6, "half", d, cs_dup=dup)
-        got.append((q, k))
-    assert torch.equal(got[0][0], got[1][0]) and torch.equal(got[0][1], got[1][1])
-    assert not torch.equal(got[0][0], q0)
-    with pytest.raises(ValueError, match="rotate-half"):
-        qk_norm_rope_(q0.clone(), k0.clone(), w, w, cos, sin, b, s, h, hk, d, norm, 1e-6,
-                      "interleaved", d, cs_dup=True)
