@@ -27,12 +27,7 @@ Scope (``supported``): fp16 q/k/V, float32 probabilities, no mask tensor (causal
 scale > 0, head_dim a power of two in [16, 128], rows 16-byte aligned for the copy engine (row
 strides of q/k/V), the buffers within an H200 block's shared memory, Hopper (sm_90), Gluon
 importable.
-Ragged S: key columns past S are masked, rows past S computed and not stored. Rows of S % 4
-!= 0 floats are not 16-byte aligned, so the probabilities would go out as 32-bit stores;
-ALIGN4 (config tag "a4", not causal) gives each row tile rows of one residue class mod 4, which
-all start at the same offset mod 4 in P (``delta``), loads its K/V tiles ``delta`` keys early,
-and stores whole 4-column groups as 16-byte vectors (flash.py's ALIGN4, here with q loaded
-through registers, as its rows are 4 apart). Outputs as
+Ragged S: key columns past S are masked, rows past S computed and not stored. Outputs as
 flash.py's MODE 3 with GUARD 0 or 1 (GP 1): probabilities [B, H, S, S], o [B, S, H*D]
 (strided), an fp16 o raising FLAG by flash.py's range rule.
 
@@ -67,8 +62,7 @@ LOG2E = 1.4426950408889634
 SMEM_PER_BLOCK = 232448     # bytes of shared memory one H100/H200 block may use
 
 # (BLOCK_M, BLOCK_N, warps, K/V stages[, "pp"]): the tuner's candidates, beside flash.py's pair
-# and MODE 3; "pp": the ping-pong kernel (two warpgroups of ``warps`` each, persistent); at
-# S % 4 != 0 without causal masking each is also offered with "a4" (ALIGN4)
+# and MODE 3; "pp": the ping-pong kernel (two warpgroups of ``warps`` each, persistent)
 # (H200, perf/experiments/probs_staged_bench.py: the ping-pong kernel with 128-key tiles is the
 # fastest at S in 256..512, the one-tile programs at B*H*S small)
 CONFIGS = [(64, 128, 4, 2), (64, 128, 4, 2, "pp"), (64, 64, 4, 3, "pp")]
@@ -112,44 +106,27 @@ if HAVE_GLUON:
         return gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[32 // tpr, tpr],
                                 warps_per_cta=[NW, 1], order=[1, 0])
 
-    @gluon.constexpr_function
-    def _q_layout(D, NW):
-        """ALIGN4's q load through registers: 8 consecutive fp16 (16 bytes) per thread."""
-        tpr = D // 8 if D // 8 < 32 else 32
-        return gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 // tpr, tpr],
-                                warps_per_cta=[NW, 1], order=[1, 0])
-
-    @gluon.jit
-    def _rows(m0, BLOCK_M: gl.constexpr, layout: gl.constexpr, ALIGN4: gl.constexpr):
-        """The row tile's query rows: m0 on, consecutive or (ALIGN4) 4 apart."""
-        r = gl.arange(0, BLOCK_M, layout=layout)
-        if ALIGN4:
-            r = r * 4
-        return m0 + r
-
     @gluon.jit
     def _stage_loop(u, n_comp, m0, S, qscale, k_desc, v_desc, q_smem, kv_smem, p_smem,
                     m_smem, kv_bar, kv_row, kvh, q_bar, q_loads, tok_wait, tok_phase, tok_pred,
-                    delta, D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                    D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                     STAGES: gl.constexpr, CAUSAL: gl.constexpr, WS: gl.constexpr,
-                    NW: gl.constexpr, ALIGN4: gl.constexpr):
+                    NW: gl.constexpr):
         """Loop 1 over the key tiles j * BLOCK_N, j < n_comp (the ring's loads u + j),
         once q has landed (its ``q_loads``-th load of ``q_bar``; with WS, also the other
         warpgroup's token): scores, online max and
-        sum; p relative to the running max, staged as fp16 with that max. ``kv_row``: the
-        ring's first key row (``delta`` rows early under ALIGN4, q then already in shared
-        memory). Returns the rows' (max, sum) in log2 units."""
+        sum; p relative to the running max, staged as fp16 with that max. Returns the rows'
+        (max, sum) in log2 units."""
         s_layout: gl.constexpr = _s_layout(BLOCK_N, NW)
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-        rows_s = _rows(m0, BLOCK_M, row_s, ALIGN4)
+        rows_s = m0 + gl.arange(0, BLOCK_M, layout=row_s)
         cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
         l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
         if WS:
             mbarrier.wait(tok_wait, tok_phase, pred=tok_pred)
-        if not ALIGN4:
-            mbarrier.wait(q_bar, q_loads & 1)
+        mbarrier.wait(q_bar, q_loads & 1)
         for j in range(n_comp):
             # every warp is past its wait on the MMA that read the slot refilled here
             _block_barrier()
@@ -161,12 +138,7 @@ if HAVE_GLUON:
             s_tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, q_smem, k_t))[0]
             n0 = j * BLOCK_N
-            if ALIGN4:
-                n0 = n0 - delta
-                if (n0 < 0) | (n0 + BLOCK_N > S):
-                    n_s = n0 + cols_s
-                    s = gl.where(gl.expand_dims((n_s >= 0) & (n_s < S), 0), s, float("-inf"))
-            elif n0 + BLOCK_N > S:
+            if n0 + BLOCK_N > S:
                 s = gl.where(gl.expand_dims(n0 + cols_s < S, 0), s, float("-inf"))
             if CAUSAL:
                 if n0 + BLOCK_N - 1 > m0:
@@ -184,16 +156,13 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _store_loop(u, n_comp, lse_st, lse_o, p_rows, row_ok, S, k_desc, v_desc,
-                    kv_smem, p_smem, m_smem, kv_bar, kv_row, kvh, delta,
+                    kv_smem, p_smem, m_smem, kv_bar, kv_row, kvh,
                     D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    STAGES: gl.constexpr, NW: gl.constexpr, ALIGN4: gl.constexpr):
+                    STAGES: gl.constexpr, NW: gl.constexpr):
         """Loop 2 over the staged tiles: the probabilities p * 2^(m_j - lse) out (columns
         j * BLOCK_N on, rows at ``p_rows``, where ``row_ok``) while P @ V_j runs on the staged
         tile (the ring's loads u + n_comp + j); ``lse_st``/``lse_o``: the rows' log-sum-exp in
-        the stores' and the o layout. Under ALIGN4 ``p_rows`` sit ``delta`` columns before the
-        rows and the tiles start ``delta`` keys early: whole 4-column groups go out as 16-byte
-        stores, the partial groups at a row's two ends one by one. Returns P @ V, normalized,
-        in the o layout."""
+        the stores' and the o layout. Returns P @ V, normalized, in the o layout."""
         o_layout: gl.constexpr = _o_layout(D, NW)
         st_layout: gl.constexpr = _st_layout(BLOCK_N, NW)
         row_st: gl.constexpr = gl.SliceLayout(1, st_layout)
@@ -214,62 +183,22 @@ if HAVE_GLUON:
             f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
             prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
             cols = j * BLOCK_N + cols_st
-            if ALIGN4:
-                # whole 4-groups only (the partial ones: _store_ends, after the loop, as a
-                # second store here costs ~70 registers)
-                gl.store(p_rows + gl.expand_dims(cols, 0), prob,
-                         mask=row_ok & gl.expand_dims(_whole_groups(j, cols_st, delta, S,
-                                                                    BLOCK_N), 0),
-                         eviction_policy="evict_first")
-            else:
-                gl.store(p_rows + gl.expand_dims(cols, 0), prob,
-                         mask=row_ok & gl.expand_dims(cols < S, 0),
-                         eviction_policy="evict_first")
+            gl.store(p_rows + gl.expand_dims(cols, 0), prob,
+                     mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
             pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
             f_o = gl.exp2(m_smem.index(j).load(row_o) - lse_o)
             acc = acc + pv * gl.expand_dims(f_o, 1)
         return acc
 
     @gluon.jit
-    def _whole_groups(j, cols_st, delta, S, BLOCK_N: gl.constexpr):
-        """ALIGN4: which columns of tile j belong to a 4-column group of keys all in [0, S)."""
-        grp = j * BLOCK_N - delta + (cols_st // 4) * 4     # each group's first key
-        return (grp >= 0) & (grp + 4 <= S)
-
-    @gluon.jit
-    def _store_end(j, m0, bh, P, sp_bh, sp_s, S, p_smem, m_smem, delta,
-                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, N_TILES: gl.constexpr,
-                   NW: gl.constexpr):
-        """ALIGN4: staged tile j's columns in partial 4-column groups (a row's first and last
-        keys), one element at a time, 16 rows at a time (a whole tile's element masks cost
-        ~70 registers); the rows' log-sum-exp is staged at ``m_smem[N_TILES]``."""
-        CH: gl.constexpr = 16
-        st_layout: gl.constexpr = _st_layout(BLOCK_N, NW)
-        row_st: gl.constexpr = gl.SliceLayout(1, st_layout)
-        cols_st = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, st_layout))
-        cols = j * BLOCK_N + cols_st
-        key = cols - delta
-        part = (key >= 0) & (key < S) & ~_whole_groups(j, cols_st, delta, S, BLOCK_N)
-        for c in gl.static_range(BLOCK_M // CH):
-            rows = _rows(m0 + 4 * CH * c, CH, row_st, True)
-            lse = m_smem.index(N_TILES).slice(CH * c, CH).load(row_st)
-            f = gl.exp2(m_smem.index(j).slice(CH * c, CH).load(row_st) - lse)
-            prob = (p_smem.index(j).slice(CH * c, CH, dim=0).load(st_layout)
-                    .to(gl.float32) * gl.expand_dims(f, 1))
-            row_off = bh.to(gl.int64) * sp_bh + rows.to(gl.int64) * sp_s
-            ptrs = P + gl.expand_dims((row_off // 4) * 4, 1) + gl.expand_dims(cols, 0)
-            gl.store(ptrs, prob, mask=gl.expand_dims(rows < S, 1) & gl.expand_dims(part, 0),
-                     eviction_policy="evict_first")
-
-    @gluon.jit
     def _store_o(acc, O, FLAG, b, h, m0, so_b, so_s, S,
                  D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                 GUARD: gl.constexpr, NW: gl.constexpr, ALIGN4: gl.constexpr):
+                 GUARD: gl.constexpr, NW: gl.constexpr):
         """o [B, S, H*D]-strided from the o-layout accumulator; an fp16 o raises FLAG by
         flash.py's range rule (a bad row sends the block to the float32 fallback)."""
         o_layout: gl.constexpr = _o_layout(D, NW)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-        rows_o = _rows(m0, BLOCK_M, row_o, ALIGN4)
+        rows_o = m0 + gl.arange(0, BLOCK_M, layout=row_o)
         offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
         o_ok = gl.expand_dims(rows_o < S, 1)
         o_ptrs = (O + b.to(gl.int64) * so_b + gl.expand_dims(rows_o.to(gl.int64) * so_s, 1)
@@ -283,35 +212,28 @@ if HAVE_GLUON:
                 gl.atomic_max(FLAG + zero_i, zero_i + 1, mask=bad)
 
     @gluon.jit
-    def _tile_coords(tile, n_m, H, G, BLOCK_M: gl.constexpr, ALIGN4: gl.constexpr = False):
+    def _tile_coords(tile, n_m, H, G, BLOCK_M: gl.constexpr):
         """Row tile ``tile`` (row tiles of one head consecutive): its (batch * H + head, batch,
-        head, KV head, first row); under ALIGN4 its rows are 4 apart, of residue class
-        ``start_m % 4``."""
+        head, KV head, first row)."""
         start_m = tile % n_m
         bh = tile // n_m
         b = bh // H
         h = bh - b * H
-        if ALIGN4:
-            m0 = (start_m // 4) * (4 * BLOCK_M) + start_m % 4
-        else:
-            m0 = start_m * BLOCK_M
-        return bh, b, h, h // G, m0
+        return bh, b, h, h // G, start_m * BLOCK_M
 
     @gluon.jit
     def _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                   H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
-                  tok_wait, tok_phase, tok_pred, tok_arrive, Q, sq,
+                  tok_wait, tok_phase, tok_pred, tok_arrive,
                   D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr,
-                  ALIGN4: gl.constexpr):
+                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr):
         """One row tile (BLOCK_M query rows of one head): loop 1 stages p, loop 2 stores the
         probabilities and accumulates P @ V. ``u``: loads its warps' K/V ring took before;
         ``nth``: row tiles its warps did before (the q barrier's phase). With WS the loop 1s of
         the two warpgroups take turns (``tok_*``), so one's stores run under the other's
-        exponentials. ``Q``/``sq``: q's rows for ALIGN4's load through registers. Returns the
-        ring's load count after this tile."""
-        bh, b, h, kvh, m0 = _tile_coords(tile, n_m, H, G, BLOCK_M, ALIGN4)
+        exponentials. Returns the ring's load count after this tile."""
+        bh, b, h, kvh, m0 = _tile_coords(tile, n_m, H, G, BLOCK_M)
         kv_row = b * S              # rows of the [B*S, heads*D] q/k/V views
         st_layout: gl.constexpr = _st_layout(BLOCK_N, NW)
         row_st: gl.constexpr = gl.SliceLayout(1, st_layout)
@@ -321,65 +243,37 @@ if HAVE_GLUON:
             hi = gl.minimum(S, m0 + BLOCK_M)    # key tiles past the diagonal are zeros
         else:
             hi = S
-        if ALIGN4:
-            # every row of the tile starts at this offset mod 4 in P; the key tiles start that
-            # many keys early, so each row's 4-column groups sit at 16-byte addresses
-            gl.static_assert(not CAUSAL)
-            delta = ((bh.to(gl.int64) * sp_bh + m0.to(gl.int64) * sp_s) % 4).to(gl.int32)
-            hi = hi + delta
-        else:
-            delta = 0
         n_comp = (hi + BLOCK_N - 1) // BLOCK_N
-        k_row = kv_row - delta
 
         # every warp is done with the previous tile's q, ring slots and staged tiles
         _block_barrier()
-        if ALIGN4:
-            # rows 4 apart: not one box of the copy engine
-            q_layout: gl.constexpr = _q_layout(D, NW)
-            rows_q = _rows(m0, BLOCK_M, gl.SliceLayout(1, q_layout), True)
-            offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, q_layout))
-            q_ptrs = (Q + gl.expand_dims((kv_row + rows_q).to(gl.int64) * sq, 1) + h * D
-                      + gl.expand_dims(offs_d, 0))
-            q_smem.store(gl.load(q_ptrs, mask=gl.expand_dims(rows_q < S, 1), other=0.0))
-            fence_async_shared()
-        else:
-            mbarrier.expect(q_bar, BLOCK_M * D * 2)
-            tma.async_copy_global_to_shared(q_desc, [kv_row + m0, h * D], q_bar, q_smem)
+        mbarrier.expect(q_bar, BLOCK_M * D * 2)
+        tma.async_copy_global_to_shared(q_desc, [kv_row + m0, h * D], q_bar, q_smem)
         for i in gl.static_range(STAGES - 1):
-            _issue(u, i, n_comp, k_desc, v_desc, kv_smem, kv_bar, k_row, kvh, D, BLOCK_N,
+            _issue(u, i, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D, BLOCK_N,
                    STAGES)
         m_i, l_i = _stage_loop(u, n_comp, m0, S, qscale, k_desc, v_desc, q_smem, kv_smem,
-                               p_smem, m_smem, kv_bar, k_row, kvh, q_bar, nth, tok_wait,
-                               tok_phase, tok_pred, delta, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                               WS, NW, ALIGN4)
+                               p_smem, m_smem, kv_bar, kv_row, kvh, q_bar, nth, tok_wait,
+                               tok_phase, tok_pred, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WS, NW)
 
         # the row's log-sum-exp (base 2); a row with l == 0 (wholly masked) gives NaN, as eager
         lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
         lse_st = gl.convert_layout(lse, row_st)
         lse_o = gl.convert_layout(lse, gl.SliceLayout(1, _o_layout(D, NW)))
-        if ALIGN4:
-            m_smem.index(N_TILES).store(lse)     # for _store_ends
         # the staged tiles are read by other threads and by the MMA's async proxy
         fence_async_shared()
         _block_barrier()
         if WS:
             mbarrier.arrive(tok_arrive)
 
-        rows_st = _rows(m0, BLOCK_M, row_st, ALIGN4)
+        rows_st = m0 + gl.arange(0, BLOCK_M, layout=row_st)
         cols_st = gl.arange(0, BLOCK_N, layout=col_st)
         row_ok = gl.expand_dims(rows_st < S, 1)
-        if ALIGN4:
-            # delta columns before each row: a multiple of 4 the compiler can see
-            row_off = bh.to(gl.int64) * sp_bh + rows_st.to(gl.int64) * sp_s
-            p_rows = P + gl.expand_dims((row_off // 4) * 4, 1)
-        else:
-            p_rows = (P + bh.to(gl.int64) * sp_bh
-                      + gl.expand_dims(rows_st.to(gl.int64) * sp_s, 1))
+        p_rows = P + bh.to(gl.int64) * sp_bh + gl.expand_dims(rows_st.to(gl.int64) * sp_s, 1)
         # loop 2: the normalized probabilities out, P @ V from the staged tiles
         acc = _store_loop(u, n_comp, lse_st, lse_o, p_rows, row_ok, S, k_desc, v_desc,
-                          kv_smem, p_smem, m_smem, kv_bar, k_row, kvh, delta, D, BLOCK_M,
-                          BLOCK_N, STAGES, NW, ALIGN4)
+                          kv_smem, p_smem, m_smem, kv_bar, kv_row, kvh, D, BLOCK_M, BLOCK_N,
+                          STAGES, NW)
         if CAUSAL:
             zeros = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, st_layout)
             for j in range(n_comp, N_TILES):
@@ -387,18 +281,12 @@ if HAVE_GLUON:
                 gl.store(p_rows + gl.expand_dims(cols, 0), zeros,
                          mask=row_ok & gl.expand_dims(cols < S, 0),
                          eviction_policy="evict_first")
-        _store_o(acc, O, FLAG, b, h, m0, so_b, so_s, S, D, BLOCK_M, BLOCK_N, GUARD, NW, ALIGN4)
-        if ALIGN4:      # the partial 4-column groups: in the first and the last tile
-            _store_end(0, m0, bh, P, sp_bh, sp_s, S, p_smem, m_smem, delta, BLOCK_M, BLOCK_N,
-                       N_TILES, NW)
-            if n_comp > 1:
-                _store_end(n_comp - 1, m0, bh, P, sp_bh, sp_s, S, p_smem, m_smem, delta,
-                           BLOCK_M, BLOCK_N, N_TILES, NW)
+        _store_o(acc, O, FLAG, b, h, m0, so_b, so_s, S, D, BLOCK_M, BLOCK_N, GUARD, NW)
         return u + 2 * n_comp
 
     @gluon.jit
     def _smem(q_desc, k_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
-              N_TILES: gl.constexpr, STAGES: gl.constexpr, ALIGN4: gl.constexpr = False):
+              N_TILES: gl.constexpr, STAGES: gl.constexpr):
         """One warpgroup's buffers: q tile, K/V ring, staged fp16 tiles and their maxima, and
         the barriers of the q and ring loads."""
         p_shared: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N],
@@ -407,8 +295,7 @@ if HAVE_GLUON:
         q_smem = gl.allocate_shared_memory(q_desc.dtype, [BLOCK_M, D], q_desc.layout)
         kv_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, D], k_desc.layout)
         p_smem = gl.allocate_shared_memory(gl.float16, [N_TILES, BLOCK_M, BLOCK_N], p_shared)
-        # ALIGN4: one row more, the log-sum-exp
-        m_smem = gl.allocate_shared_memory(gl.float32, [N_TILES + ALIGN4, BLOCK_M], m_shared)
+        m_smem = gl.allocate_shared_memory(gl.float32, [N_TILES, BLOCK_M], m_shared)
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         kv_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         mbarrier.init(q_bar, count=1)
@@ -428,11 +315,11 @@ if HAVE_GLUON:
 
     @gluon.jit
     def probs_staged_kernel(q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
-                            H, G, S, qscale, Q, sq,
+                            H, G, S, qscale,
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                             GUARD: gl.constexpr, num_warps: gl.constexpr,
-                            PDL: gl.constexpr = 0, ALIGN4: gl.constexpr = False):
+                            PDL: gl.constexpr = 0):
         """One row tile per program (grid: row tiles x B*H)."""
         _wait_for_predecessor(PDL)
         if GUARD == 1:
@@ -441,11 +328,11 @@ if HAVE_GLUON:
         n_m = gl.num_programs(0)
         tile = gl.program_id(1) * n_m + gl.program_id(0)
         q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N,
-                                                               D, N_TILES, STAGES, ALIGN4)
+                                                               D, N_TILES, STAGES)
         _row_tile(tile, 0, 0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                   H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
-                  q_bar, 0, False, q_bar, Q, sq,
-                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps, ALIGN4)
+                  q_bar, 0, False, q_bar,
+                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps)
         mbarrier.invalidate(q_bar)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(kv_bar.index(i))
@@ -453,10 +340,10 @@ if HAVE_GLUON:
     @gluon.jit
     def _pingpong_role(role, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                        H, G, S, qscale, n_m, n_tiles, q_smem, kv_smem, p_smem, m_smem, q_bar,
-                       kv_bar, tok, Q, sq,
+                       kv_bar, tok,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       GUARD: gl.constexpr, NW: gl.constexpr, ALIGN4: gl.constexpr):
+                       GUARD: gl.constexpr, NW: gl.constexpr):
         """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
         Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
         k - 1 (token ``tok[1 - role]``) and then passes its own token."""
@@ -470,18 +357,16 @@ if HAVE_GLUON:
             u = _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
                           sp_s, H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar,
                           kv_bar, tok.index(1 - role), other & 1, other >= 0, tok.index(role),
-                          Q, sq, D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW,
-                          ALIGN4)
+                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW)
             nth += 1
 
     @gluon.jit
     def probs_pingpong_kernel(q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
-                              H, G, S, qscale, Q, sq, n_m, n_tiles,
+                              H, G, S, qscale, n_m, n_tiles,
                               D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                               N_TILES: gl.constexpr, STAGES: gl.constexpr,
                               CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
-                              num_warps: gl.constexpr, PDL: gl.constexpr = 0,
-                              ALIGN4: gl.constexpr = False):
+                              num_warps: gl.constexpr, PDL: gl.constexpr = 0):
         """Persistent programs of two warpgroups, each with its own buffers, taking the
         program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
         while the other computes (FlashAttention-3's ping-pong, with the stores in the place
@@ -490,22 +375,18 @@ if HAVE_GLUON:
         if GUARD == 1:
             if gl.load(FLAG) != 0:
                 return
-        q0, kv0, p0, mx0, qb0, kvb0 = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N, D, N_TILES, STAGES,
-                                            ALIGN4)
-        q1, kv1, p1, mx1, qb1, kvb1 = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N, D, N_TILES, STAGES,
-                                            ALIGN4)
+        q0, kv0, p0, mx0, qb0, kvb0 = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N, D, N_TILES, STAGES)
+        q1, kv1, p1, mx1, qb1, kvb1 = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N, D, N_TILES, STAGES)
         tok = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         mbarrier.init(tok.index(0), count=1)
         mbarrier.init(tok.index(1), count=1)
         gl.warp_specialize([
             (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0, kvb0, tok,
-                              Q, sq, D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD,
-                              num_warps, ALIGN4)),
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
             (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1, kvb1, tok,
-                              Q, sq, D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD,
-                              num_warps, ALIGN4)),
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
         ], [num_warps], [REGS])
 
 
@@ -517,18 +398,12 @@ def available(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] == 9
 
 
-def staged_tiles(seq, cfg) -> int:
-    """Key tiles a row may stage: ALIGN4's start up to 3 keys early."""
-    return cdiv(seq + (3 if "a4" in cfg else 0), cfg[1])
-
-
 def smem_bytes(seq, head_dim, cfg) -> int:
     """Shared memory of one program: q tile, K/V ring, staged fp16 tiles and their maxima."""
     block_m, block_n, _, stages = cfg[:4]
-    n_tiles = staged_tiles(seq, cfg)
+    n_tiles = cdiv(seq, block_n)
     one = (2 * block_m * head_dim + 2 * stages * block_n * head_dim
-           + n_tiles * block_m * (2 * block_n + 4) + 8 * (stages + 1)
-           + (4 * block_m if "a4" in cfg else 0))      # ALIGN4's staged log-sum-exp
+           + n_tiles * block_m * (2 * block_n + 4) + 8 * (stages + 1))
     return 2 * one + 16 if "pp" in cfg else one
 
 
@@ -546,22 +421,11 @@ def supported(q16, k16, v16, seq, head_dim, mask_kind, scale, cfg) -> bool:
             and smem_bytes(seq, head_dim, cfg) <= SMEM_PER_BLOCK)
 
 
-def align4_ok(seq, causal) -> bool:
-    """Where ALIGN4 may run: probability rows not 16-byte aligned (S % 4 != 0; at S % 4 == 0
-    it is correct but gains nothing), no causal masking (its tiles are row tiles of one head's
-    consecutive rows)."""
-    return seq % 4 != 0 and not causal
-
-
-def candidates(q16, k16, v16, seq, head_dim, mask_kind, scale, causal=False):
-    """The configs of ``CONFIGS`` this block may run, tagged for the tuner (with their ALIGN4
-    twins where ``align4_ok``)."""
+def candidates(q16, k16, v16, seq, head_dim, mask_kind, scale):
+    """The configs of ``CONFIGS`` this block may run, tagged for the tuner."""
     if not (HAVE_GLUON and available(q16.device)):
         return []
-    cfgs = list(CONFIGS)
-    if align4_ok(seq, causal):
-        cfgs += [c + ("a4",) for c in CONFIGS]
-    return [("staged",) + c for c in cfgs
+    return [("staged",) + c for c in CONFIGS
             if supported(q16, k16, v16, seq, head_dim, mask_kind, scale, c)]
 
 
@@ -588,8 +452,8 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
     """q16 [B*S, >= H*D], k16/v16 [B*S, >= Hkv*D] fp16 row-major views (row stride
     ``.stride(0)``, unit column stride); out [B, S, H*D]-strided (row stride out.stride(1));
     probs [B, H, S, S] float32 with unit last stride; ``guard`` 1 exits at once if ``flag`` is
-    set (flash.py's GUARD 1). ``cfg``: (BLOCK_M, BLOCK_N, warps, stages[, "pp"][, "a4"]),
-    optionally after the "staged" tag; "a4" (ALIGN4) takes no causal masking."""
+    set (flash.py's GUARD 1). ``cfg``: (BLOCK_M, BLOCK_N, warps, stages), optionally after the
+    "staged" tag."""
     if cfg and cfg[0] == "staged":
         cfg = cfg[1:]
     block_m, block_n, num_warps, stages = cfg[:4]
@@ -602,19 +466,14 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
                          "contiguous heads")
     if block_m != 16 * num_warps:
         raise ValueError(f"probs_staged.launch: BLOCK_M must be 16 rows per warp ({cfg})")
-    align4 = "a4" in cfg
-    if align4 and (causal or probs.data_ptr() % 16 != 0):
-        raise ValueError(f"probs_staged.launch: ALIGN4 ({cfg}) takes no causal masking and "
-                         "16-byte aligned probabilities")
     descs = descriptors(q16, k16, v16, batch * seq, num_heads, groups, head_dim, block_m,
                         block_n)
     args = (out, probs, flag if guard else out, out.stride(0), out.stride(1), probs.stride(1),
-            probs.stride(2), num_heads, groups, seq, float(scale) * LOG2E, q16, q16.stride(0))
-    # ALIGN4: row tiles of one residue class mod 4 each
-    n_m = 4 * cdiv(cdiv(seq, 4), block_m) if align4 else cdiv(seq, block_m)
-    meta = dict(D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=staged_tiles(seq, cfg),
+            probs.stride(2), num_heads, groups, seq, float(scale) * LOG2E)
+    n_m = cdiv(seq, block_m)
+    meta = dict(D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=cdiv(seq, block_n),
                 STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps,
-                ALIGN4=align4, **pdl.launch_options(out.device))
+                **pdl.launch_options(out.device))
     if pingpong:
         n_tiles = n_m * batch * num_heads
         grid = (min(n_tiles, _sm_count(q16.device)),)

@@ -35,15 +35,6 @@ GUARDED_PROGRAMS = 128
 # kernel more at 256x1: other choices)
 CLOSE = 1.25
 WARM_MS = 20.0
-# INDUCTOR_GQA_WARM_EACH=1 (opt-in until measured): every candidate is warmed for this long before
-# its timing, not only the first. A candidate's first call compiles it, and the GPU idles at a
-# lower clock meanwhile; in five H200 perf jobs 4-6 of W075's 16 cases changed their choice from
-# one run to the next (perf/experiments/choice_stability.py measures it)
-WARM_EACH_MS = 5.0
-
-
-def warm_each() -> bool:
-    return os.environ.get("INDUCTOR_GQA_WARM_EACH", "0") == "1"
 
 
 def interpreting() -> bool:
@@ -141,14 +132,11 @@ def pick(key, candidates, run):
         return candidates[0]
     results = []
     warmed = False
-    each = warm_each()
     for i, c in enumerate(candidates):
         try:
             if not warmed:
                 warm(lambda: run(c))
                 warmed = True
-            elif each:
-                warm(lambda: run(c), WARM_EACH_MS)
             results.append((time_ms(lambda: run(c)), i))
         except Exception as e:  # noqa: BLE001
             _failed(key, c, e)

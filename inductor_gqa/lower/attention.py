@@ -112,7 +112,7 @@ def _single_pass_candidates(s, f16=False, groups=1):
     return cfgs + _packed(cfgs, f16, groups)
 
 
-def _staged_candidates(f16, s, d, mask_kind, scale, causal):
+def _staged_candidates(f16, s, d, mask_kind, scale):
     """kernels/probs_staged.py's one-launch probabilities (Gluon, Hopper) for the fp16 copies,
     measured against flash.py's pair and MODE 3: on the H200 it wins at S in 256..512 (512x16:
     128 -> 110 us for the attention, 449x16 147 -> 119, 373x8 54 -> 40).
@@ -121,7 +121,7 @@ def _staged_candidates(f16, s, d, mask_kind, scale, causal):
             or tuning.interpreting()):
         return []
     q16, k16, v16, _ = f16
-    return probs_staged.candidates(q16, k16, v16, s, d, mask_kind, scale, causal)
+    return probs_staged.candidates(q16, k16, v16, s, d, mask_kind, scale)
 
 
 def _overlap_candidates(f16, d, mask_kind, scale):
@@ -260,7 +260,7 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
             run(3, c, probs)
 
     singles = _single_pass_candidates(s, f16_cfgs, spec.groups)
-    staged = _staged_candidates(f16, s, d, mk, scale, spec.causal)
+    staged = _staged_candidates(f16, s, d, mk, scale)
     if singles or staged:
         one(tuning.pick(base_key + (3,), singles + ["two-pass"] + staged, one))
     else:

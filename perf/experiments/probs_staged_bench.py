@@ -37,15 +37,20 @@ to 168 registers, spills with two score tiles live), the 64-key ping-pong 1-4% f
 behind the 128-key one, the one-tile kernel unchanged. Dead; the switch is in git history at
 cfa75f4.
 
-ALIGN4 (config flag "a4"; prediction written before its first GPU run): at S % 4 != 0 the
-probability rows are not 16-byte aligned and the staged kernels store 32-bit words (sm_90 SASS:
-64 STG.E.EF per 64 x 128 tile against 16 STG.E.EF.128 at S=512); 449x16's ping-pong takes 120
-us against 110 at 512x16 with the same tile counts. Row tiles of one residue class mod 4 with
-key tiles shifted to match store 16-byte vectors. Predicted: 449x16 ping-pong 120 -> 108-112
-us, 373x8 ~40 -> 37-39 (8 row tiles per head instead of 6 may eat it), 541x1's one-tile kernel
-within +-1 us. Run: --cases 449x16,373x8,541x1,211x2,131x1 --causal "" --configs
-'[(64,128,4,2,"pp"), (64,128,4,2,"pp","a4"), (64,64,4,3,"pp"), (64,64,4,3,"pp","a4"),
-(64,128,4,2), (64,128,4,2,"a4")]'.
+ALIGN4 (config flag "a4", in git history at 2b2d614; prediction written before its first GPU
+run): at S % 4 != 0 the probability rows are not 16-byte aligned and the staged kernels store
+32-bit words (sm_90 SASS: 64 STG.E.EF per 64 x 128 tile against 16 STG.E.EF.128 at S=512);
+449x16's ping-pong takes ~120 us against 110 at 512x16 with the same tile counts. Row tiles of
+one residue class mod 4 (q loaded through registers, rows 4 apart), K/V tiles shifted by the
+rows' common offset, 16-byte stores, the partial groups at a row's ends stored after o.
+Predicted: 449x16 ping-pong 120 -> 108-112 us, 373x8 ~40 -> 37-39, 541x1 within +-1 us.
+Outcome (runs/profiles/probs_staged_align4_2b2d614.json; correct, no NaN, errors as without):
+the 128-key ping-pong slower, 449x16 118.5 -> 136.7 us, 373x8 39.2 -> 53.6 (8 row tiles per
+head instead of 6); the 64-key ping-pong 171.3 -> 123.2 and the one-tile kernel 137.8 -> 132.2
+at 449x16, both still behind the 128-key ping-pong; 541x1 best 23.4 vs the pair's 23.5. The
+end-group stores (~2x loop 2's instructions) and the synchronous q load lengthen the stores'
+side of the ping-pong past loop 1; every variant that put the end groups in the loop raised
+registers to 216-255 (spills in the ping-pong's second warpgroup). No case gains: removed.
 """
 import argparse
 import json

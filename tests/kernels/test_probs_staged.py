@@ -46,33 +46,10 @@ def test_no_candidates_on_cpu_or_when_switched_off(monkeypatch):
     q, k, v = _copies()
     flag = torch.zeros(1, dtype=torch.int32)
     assert probs_staged.candidates(q, k, v, 512, 64, 0, 1.0) == []
-    assert lower_attention._staged_candidates((q, k, v, flag), 512, 64, 0, 1.0, False) == []
-    assert lower_attention._staged_candidates(None, 512, 64, 0, 1.0, False) == []
+    assert lower_attention._staged_candidates((q, k, v, flag), 512, 64, 0, 1.0) == []
+    assert lower_attention._staged_candidates(None, 512, 64, 0, 1.0) == []
     monkeypatch.setenv("INDUCTOR_GQA_STAGED", "0")
-    assert lower_attention._staged_candidates((q, k, v, flag), 512, 64, 0, 1.0, False) == []
-
-
-@pytest.mark.skipif(not probs_staged.HAVE_GLUON, reason="Gluon not importable")
-def test_align4_twins_where_rows_are_ragged_and_not_causal(monkeypatch):
-    monkeypatch.setattr(probs_staged, "available", lambda device: True)
-    q, k, v = _copies(s=449)
-    got = probs_staged.candidates(q, k, v, 449, 64, 0, 1.0)
-    plain = [("staged",) + c for c in probs_staged.CONFIGS]
-    assert got == plain + [c + ("a4",) for c in plain]
-    # causal row tiles are consecutive rows; at S % 4 == 0 the rows are aligned already
-    assert probs_staged.candidates(q, k, v, 449, 64, 0, 1.0, causal=True) == plain
-    q, k, v = _copies(s=512)
-    assert probs_staged.candidates(q, k, v, 512, 64, 0, 1.0) == plain
-
-
-def test_align4_stages_up_to_three_keys_more():
-    q, k, v = _copies(s=510)
-    pp = (64, 128, 4, 2, "pp")
-    # 510 keys starting 3 early take a fifth 128-key tile, which two warpgroups cannot stage
-    assert probs_staged.staged_tiles(510, pp) == 4
-    assert probs_staged.staged_tiles(510, pp + ("a4",)) == 5
-    assert probs_staged.supported(q, k, v, 510, 64, 0, 1.0, pp)
-    assert not probs_staged.supported(q, k, v, 510, 64, 0, 1.0, pp + ("a4",))
+    assert lower_attention._staged_candidates((q, k, v, flag), 512, 64, 0, 1.0) == []
 
 
 def test_launch_rejects_what_it_cannot_write():
@@ -90,12 +67,6 @@ def test_launch_rejects_what_it_cannot_write():
     with pytest.raises(ValueError, match="16 rows per warp"):
         probs_staged.launch(q, k, v, out, probs, flag, 1, 512, 16, 4, 64, 1.0, False,
                             (64, 128, 8, 2))
-    q, k, v = _copies(s=449)
-    out = torch.empty(1, 449, 16 * 64, dtype=torch.float16)
-    probs = torch.empty(1, 16, 449, 449)
-    with pytest.raises(ValueError, match="no causal"):
-        probs_staged.launch(q, k, v, out, probs, flag, 1, 449, 16, 4, 64, 1.0, True,
-                            (64, 128, 4, 2, "a4"))
 
 
 @pytest.mark.parametrize("major, ok", [(8, False), (9, True), (10, False)])

@@ -99,12 +99,3 @@ def test_fallback_trial_is_its_guarded_launch(monkeypatch, scripted):
     lower_attention.attention(q, kv, kv, None, spec, b, s, 1.0, f16=f16)
     assert guards[:2] == [1, 1]                 # the two passes on the fp16 copies
     assert guards[2:] and set(guards[2:]) == {2}    # the fallback: trial and launch, guarded
-
-
-def test_warm_each_candidate_when_asked(monkeypatch, scripted):
-    # INDUCTOR_GQA_WARM_EACH=1: every candidate is warmed before its first timing (the GPU
-    # idles while the candidate compiles); by default only the first one
-    run = _script(monkeypatch, {"a": [1.0, 1.0], "b": [1.1, 1.1], "c": [1.2, 1.2]})
-    monkeypatch.setenv("INDUCTOR_GQA_WARM_EACH", "1")
-    assert tuning.pick("w", ["a", "b", "c"], run) == "a"
-    assert len(scripted) == 3
