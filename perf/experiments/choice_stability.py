@@ -16,7 +16,8 @@ cases moving by up to 2-3 us (runs/2ec7c9b/COMMAND.md). If candidates timed righ
 compile read slow because the GPU idled meanwhile, warming each one should cut the differing
 choices to a few close calls and the per-case spread of the small cases below ~1 us.
 
-Outcome (H200, runs/d6096c2/choice_stability.json, 9 cases, 3 processes each): 26 of 68 choices
+Outcome (H200, runs/d6096c2/choice_stability.json, written by this script at d6096c2 with both
+settings; 9 cases, 3 processes each): 26 of 68 choices
 differ between processes by default, 22 of 68 with every candidate warmed; but each case's GPU
 time stays within 0.0-1.3 us across processes (0.1-1.5 warmed): the candidates that trade
 places are within noise of each other. Choice flips do not move the block's time; the
@@ -25,7 +26,6 @@ change under test).
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 
@@ -63,35 +63,30 @@ def main():
     a = ap.parse_args()
     if a.child:
         return child(a.cases)
-    report = {}
+    child_cmd = [sys.executable, __file__, "--child", "--cases", a.cases]
     # One discarded child first: it fills Triton's kernel cache, so the first timed repeat does
     # not pay (or gain an idle GPU from) the compiles alone.
-    subprocess.run([sys.executable, __file__, "--child", "--cases", a.cases],
-                   capture_output=True, text=True)
-    for label, env in (("default", {}),):
-        runs = []
-        for r in range(a.repeats):
-            p = subprocess.run([sys.executable, __file__, "--child", "--cases", a.cases],
-                               env={**os.environ, **env}, capture_output=True, text=True)
-            line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
-            if line is None:
-                runs.append(dict(error=(p.stdout + p.stderr)[-2000:]))
-                continue
-            runs.append(json.loads(line[len("RESULT "):]))
-            print(label, r, {c: round(us, 1) for c, us in runs[-1]["times"].items()}, flush=True)
-        ok = [x for x in runs if "choices" in x]
-        keys = set().union(*(x["choices"] for x in ok)) if ok else set()
-        differ = {k: [x["choices"].get(k) for x in ok] for k in sorted(keys)
-                  if len({x["choices"].get(k) for x in ok}) > 1}
-        spread = {c: max(x["times"][c] for x in ok) - min(x["times"][c] for x in ok)
-                  for c in (ok[0]["times"] if ok else {})}
-        report[label] = dict(runs=runs, differing_choices=differ, spread_us=spread)
-        print(label, f"{len(differ)} of {len(keys)} choices differ;",
-              {c: round(v, 1) for c, v in spread.items()}, flush=True)
-        if a.out:
-            with open(a.out, "w") as f:
-                json.dump(report, f, indent=1)
-
+    subprocess.run(child_cmd, capture_output=True, text=True)
+    runs = []
+    for r in range(a.repeats):
+        p = subprocess.run(child_cmd, capture_output=True, text=True)
+        line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            runs.append(dict(error=(p.stdout + p.stderr)[-2000:]))
+            continue
+        runs.append(json.loads(line[len("RESULT "):]))
+        print(r, {c: round(us, 1) for c, us in runs[-1]["times"].items()}, flush=True)
+    ok = [x for x in runs if "choices" in x]
+    keys = set().union(*(x["choices"] for x in ok)) if ok else set()
+    differ = {k: [x["choices"].get(k) for x in ok] for k in sorted(keys)
+              if len({x["choices"].get(k) for x in ok}) > 1}
+    spread = {c: max(x["times"][c] for x in ok) - min(x["times"][c] for x in ok)
+              for c in (ok[0]["times"] if ok else {})}
+    print(f"{len(differ)} of {len(keys)} choices differ;",
+          {c: round(v, 1) for c, v in spread.items()}, flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(dict(runs=runs, differing_choices=differ, spread_us=spread), f, indent=1)
 
 if __name__ == "__main__":
     main()
