@@ -65,5 +65,6 @@ def main() -> int:
     print("PASS" if not bad else f"FAIL: {bad} checks")
     return 1 if bad else 0
 
+
 if __name__ == "__main__":
     sys.exit(main())
