@@ -30,8 +30,8 @@ importable.
 Ragged S: key columns past S are masked, rows past S computed and not stored. ZERO_TAIL
 (``INDUCTOR_GQA_STAGED_ZERO_TAIL=1``, off until checked on the GPU): the V rows of those keys,
 which the copy engine brings from the next batch, are zeroed before P @ V, so a NaN cannot
-cross batches (0 * NaN is NaN; perf/experiments/staged_batch_isolation.py, docs note 39). Outputs as
-flash.py's MODE 3 with GUARD 0 or 1 (GP 1): probabilities [B, H, S, S], o [B, S, H*D]
+cross batches (0 * NaN is NaN; perf/experiments/staged_batch_isolation.py, docs note 39).
+Outputs as flash.py's MODE 3 with GUARD 0 or 1 (GP 1): probabilities [B, H, S, S], o [B, S, H*D]
 (strided), an fp16 o raising FLAG by flash.py's range rule.
 
 The Triton CPU interpreter does not run Gluon: these kernels are checked on the GPU
