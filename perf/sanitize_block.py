@@ -11,7 +11,10 @@ the workload's tolerance rule so a bad launch cannot pass silently.
 ``--overflow`` (W075 under "high"): the block gets Wq * 2^-18 and Wk * 2^18, so every k exceeds
 fp16's range while q @ k^T is exactly the workload's (power-of-two scales, and RoPE is linear):
 the fp16-copies plan must raise its flag and run the float32 fallback kernels, and the result is
-checked against the unscaled reference. ``--graph``: the outputs checked are those of a CUDA-graph
+checked against the unscaled reference. ``--overflow-wo``: o_proj's weight times 2^20, so its
+fp16 copy overflows (the flag raised by that copy's launch, on a side stream under graph capture)
+and o_proj takes the guarded float32 GEMM; the output is scaled back (exact) before the check.
+``--graph``: the outputs checked are those of a CUDA-graph
 replay of the block (where the guarded fallbacks run on a side stream beside the fp16 o_proj).
 """
 
@@ -40,6 +43,8 @@ def main(argv=None) -> int:
                         "query heads), else candidate --config")
     p.add_argument("--overflow", action="store_true",
                    help="W075: scale Wq/Wk by 2^-18/2^18 so k overflows fp16 (fallback path)")
+    p.add_argument("--overflow-wo", action="store_true",
+                   help="W075: scale Wo by 2^20 so its fp16 copy overflows (fallback o_proj)")
     p.add_argument("--graph", action="store_true",
                    help="check the outputs of a CUDA-graph replay of the block (outputs "
                         "NaN-poisoned before the replay) instead of a plain call")
@@ -64,11 +69,15 @@ def main(argv=None) -> int:
             t, blk = w075_block(inp, causal) if wname == "W075" else w092_block(inp)
             if a.overflow and wname == "W075":
                 t.update(wq=t["wq"] * 2.0 ** -18, wk=t["wk"] * 2.0 ** 18)
+            if a.overflow_wo and wname == "W075":
+                t.update(wo=t["wo"] * 2.0 ** 20)
             got = block.run_block(t, blk)
             torch.cuda.synchronize()
             if a.graph:
                 got = _replayed(lambda: block.run_block(t, blk))
             outs = got[:len(ref)]
+            if a.overflow_wo and wname == "W075":
+                outs = (outs[0] * 2.0 ** -20,) + tuple(outs[1:])
             at = wl.atol(workload, s, b)
             for o, r in zip(outs, ref):
                 ok, frac = wl.check(o, r, at, workload.rtol)

@@ -339,6 +339,33 @@ def _program(pid, q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, 
               0, 0, 0, 1, 0, 0, 0)
 
 
+@triton.jit
+def wo16_kernel(w_ptr, w16_ptr, flag_ptr, n_rows, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                ROWS: tl.constexpr, PDL: tl.constexpr = 0):
+    """The epilogue launch's Wo programs alone (``wo16_``)."""
+    pdl.wait_for_predecessor(PDL)
+    _rows(w_ptr, w_ptr, n_rows, 1, 1, tl.program_id(0), 0.0, w_ptr, w_ptr, 0, 0, 0, w16_ptr,
+          flag_ptr, w_ptr, w_ptr, D, D, BLOCK_D, ROWS, 0, 0, 0, 1, 0, 0, 0)
+
+
+def wo16_(w32, w16, flag, head_dim):
+    """o_proj's weight [E, H*D] (float32, contiguous) into its fp16 copy ``w16``, range-checked
+    into ``flag`` as rows of ``head_dim``, as a launch of its own: the same code as the WO
+    programs of ``qk_norm_rope_(wo=)``, for a caller that runs it beside other work (the fp16
+    plans, on a side stream while a CUDA graph is captured)."""
+    if (w32.dtype != torch.float32 or not w32.is_contiguous() or w16.shape != w32.shape
+            or w16.dtype != torch.float16 or not w16.is_contiguous()
+            or w32.shape[1] % head_dim or flag.dtype != torch.int32):
+        raise ValueError("wo16_: a contiguous float32 [E, H*D] weight, its fp16 twin and an "
+                         "int32 flag are needed")
+    block_d = next_pow2(head_dim)
+    rows = default_rows(block_d)
+    n_rows = w32.numel() // head_dim
+    wo16_kernel[(cdiv(n_rows, rows),)](w32, w16, flag, n_rows, D=head_dim, BLOCK_D=block_d,
+                                       ROWS=rows, num_warps=default_warps(block_d, False),
+                                       **pdl.launch_options(w32.device))
+
+
 def default_rows(block_d):
     """Rows per program. From epilogue_bench on the H200 at W075 sizes (head_dim 64): 16 rows
     are 3-6% faster than 32 since rows are loaded as halves (runs/profiles/

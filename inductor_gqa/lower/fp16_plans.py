@@ -17,7 +17,7 @@ import torch
 
 from ..kernels import fp16_rows, tuning
 from ..kernels import linear as linear_kernels
-from ..kernels.qk_epilogue import qk_norm_rope_
+from ..kernels.qk_epilogue import qk_norm_rope_, wo16_
 from .attention import attention
 from .linear import _INTERPRETER_CONFIG, linear
 
@@ -94,12 +94,12 @@ def f16_operands_allowed(dt, prec) -> bool:
             and os.environ.get("INDUCTOR_GQA_FP16_OPERANDS", "1") != "0")
 
 
-def o_proj(t, spec, o, probs, prec, o16=None, copies=None, pending=()):
+def o_proj(t, spec, o, probs, prec, o16=None, copies=None, pending=(), wo16_ready=None):
     """4. o_proj: on the fp16 copies (o16, Wo16) with a guarded float32 fallback, or float32.
     ``pending``: the attention's deferred guarded fallback launches (``attention(deferred=)``),
-    run before anything reads the float32 o."""
+    run before anything reads the float32 o. ``wo16_ready``: ``wo16_aside``'s event."""
     if o16 is not None:
-        out = _o_proj16(o, *o16, copies[3], pending)
+        out = _o_proj16(o, *o16, copies[3], pending, wo16_ready)
     else:
         for run in pending:
             run()
@@ -139,18 +139,50 @@ def fp16_o_proj(t, spec, x):
 _SIDE_STREAMS: dict = {}
 
 
-def _o_proj16(o, o16, wo, wo16, flag, pending=()):
+def _side_stream(device):
+    side = _SIDE_STREAMS.get(device)
+    if side is None:
+        side = _SIDE_STREAMS[device] = torch.cuda.Stream(device=device)
+    return side
+
+
+def wo16_aside(o16, flag, head_dim):
+    """(the norm/RoPE launch's ``wo`` argument, an event or None) for o_proj's fp16 weight copy.
+    While a CUDA graph is captured the copy is a launch of its own on the side stream, forked
+    here (call it after the flag was cleared), so it runs beside the Q/K/V GEMM, the norm/RoPE
+    launch and attention instead of lengthening the norm/RoPE launch (at 128x4 Wo is two thirds
+    of that launch's bytes); only o_proj reads it, after waiting for the event. Plain launches
+    keep it in the norm/RoPE launch: one launch fewer, and host time is their limit.
+    INDUCTOR_GQA_WO16_ASIDE=0 keeps it there under capture too."""
+    if o16 is None:
+        return None, None
+    _, wo, wo16 = o16
+    if not (wo.is_cuda and tuning._capturing()
+            and os.environ.get("INDUCTOR_GQA_WO16_ASIDE", "1") != "0"):
+        return (wo, wo16), None
+    side = _side_stream(wo.device)
+    side.wait_stream(torch.cuda.current_stream(wo.device))
+    with torch.cuda.stream(side):
+        wo16_(wo, wo16, flag, head_dim)
+        ready = torch.cuda.Event()
+        ready.record(side)
+    return None, ready
+
+
+def _o_proj16(o, o16, wo, wo16, flag, pending=(), wo16_ready=None):
     """The fp16 o_proj, then its guarded float32 twin. The attention's guarded fallbacks
     (``pending``) read only the flag unless it is raised, and nothing of the fp16 GEMM's: while a
     CUDA graph is captured they go on a side stream beside that GEMM, so their early-exit
     launches overlap it instead of adding a node each to the chain (plain launches keep one
-    stream: their host time, not the GPU, is the limit there)."""
+    stream: their host time, not the GPU, is the limit there). ``wo16_ready``: Wo16 was made
+    on the side stream (``wo16_aside``); everything from here waits for it, the fallbacks
+    because that launch may raise the flag."""
     b, s, hd = o.shape
+    if wo16_ready is not None:
+        torch.cuda.current_stream(o.device).wait_event(wo16_ready)
     side = None
     if pending and o.is_cuda and tuning._capturing():
-        side = _SIDE_STREAMS.get(o.device)
-        if side is None:
-            side = _SIDE_STREAMS[o.device] = torch.cuda.Stream(device=o.device)
+        side = _side_stream(o.device)
         main = torch.cuda.current_stream(o.device)
         side.wait_stream(main)
     with torch.cuda.stream(side):       # no-op for None: the pending launches run in line
@@ -193,17 +225,18 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]], flag,
                                                          table, target)
     q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
+    o16 = fp16_o_proj(t, spec, x)
+    wo_arg, wo16_ready = wo16_aside(o16, flag, d)
     # scaled products [B*S, Nq+Nk+Nv] (float32, or fp16 with out16): q, k, v are its column
     # slices; the epilogue multiplies by x_inv (per token) and w_inv (per feature)
     qkv = (_mm16_out16 if out16 else _mm16)(x16, w16.t())
     q, k, v = (qkv[:, a:z] for a, z in cuts)
     copies = fp16_copies(q, k, v, flag)
-    o16 = fp16_o_proj(t, spec, x)
     scales = (x_inv, q_inv, k_inv, v_inv)
     tail = (t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
             eps_value, spec.rope, spec.rotary_dim)
     qk_norm_rope_(q, k, *tail, eps_k=eps_k_value, v=v, copies=copies[:3], flag=copies[3],
-                  scales=scales, store32=False, wo=o16[1:] if o16 else None, in16=out16)
+                  scales=scales, store32=False, wo=wo_arg, in16=out16)
     if out16:
         # the float32 fallback's own scaled products (written only if the flag is raised)
         qkv32 = torch.empty(qkv.shape, device=x.device, dtype=torch.float32)
@@ -221,7 +254,7 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,
                          out16=o16[0] if o16 else None, before_fallback=finish_fp32,
                          deferred=pending)
-    return o_proj(t, spec, o, probs, prec, o16, copies, pending)
+    return o_proj(t, spec, o, probs, prec, o16, copies, pending, wo16_ready)
 
 
 def _scaled_fp16_operands(x, ws, flag, table=None, target=fp16_rows.TARGET_EXP):

@@ -242,6 +242,12 @@ def epilogue_jobs():
                               TARGET=13 if k != 4096 else 0,
                               ZERO=k == 1024, **table),
                          8 if block_k >= 4096 else 4))
+    for d in (64, 24):      # Wo's fp16 copy on its own (the fp16 plans, under graph capture)
+        block_d = 1 << (d - 1).bit_length()
+        jobs.append(_job(f"wo16 d{d}", "inductor_gqa.kernels.qk_epilogue", "wo16_kernel",
+                         dict(w_ptr="*fp32", w16_ptr="*fp16", flag_ptr="*i32"),
+                         dict(D=d, BLOCK_D=block_d, ROWS=default_rows(block_d)),
+                         default_warps(block_d, False)))
     add("bf16", 128, 96, 8, "fp32_weight", "half", 128)  # W092
     add("bf16", 128, 96, 8, "cast_weight", "interleaved", 64)
     add("fp16", 24, 6, 3, "fp32_one_plus_weight", "half", 16)

@@ -362,6 +362,35 @@ def test_f16_overflow_flag():
             assert torch.equal(c.float()[fine], x.half().float()[fine])
 
 
+@pytest.mark.parametrize("d", [16, 24])
+def test_wo16_alone_matches_epilogue(d):
+    """Wo's fp16 copy as a launch of its own (``wo16_``, the fp16 plans' side stream under
+    graph capture) writes what the norm/RoPE launch's Wo programs write, and raises the flag
+    for the same rows (a value beyond fp16's range, a row of D below its normal range)."""
+    from inductor_gqa.kernels.qk_epilogue import qk_norm_rope_, wo16_
+    g = torch.Generator().manual_seed(0)
+    h, hk = 2, 1
+    q, k, v = (torch.randn(6, n * d, generator=g) for n in (h, hk, hk))
+    for how in (None, "over", "tiny"):
+        wo = torch.randn(20, h * d, generator=g)
+        if how == "over":
+            wo[7, 3] = 7e4
+        elif how == "tiny":
+            wo[11, :d] *= 2.0 ** -17 / wo[11, :d].abs().max()
+        copies = tuple(torch.empty_like(a, dtype=torch.float16) for a in (q, k, v))
+        flag_in, flag_alone = torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+        wo16_in = torch.full(wo.shape, float("nan"), dtype=torch.float16)
+        qk_norm_rope_(q.clone(), k.clone(), None, None, None, None, 1, 6, h, hk, d, "none",
+                      1e-6, "none", 0, v=v.clone(), copies=copies, flag=flag_in,
+                      wo=(wo, wo16_in))
+        wo16 = torch.full(wo.shape, float("nan"), dtype=torch.float16)
+        wo16_(wo, wo16, flag_alone, d)
+        assert flag_alone.item() == flag_in.item() == (how is not None), how
+        assert torch.equal(wo16, wo16_in), how
+    with pytest.raises(ValueError):
+        wo16_(wo, wo16.float(), flag_alone, d)
+
+
 @pytest.mark.parametrize("guard,flag,runs", [(1, 0, True), (1, 1, False), (2, 0, False),
                                              (2, 1, True)])
 def test_attention_guard(guard, flag, runs):
