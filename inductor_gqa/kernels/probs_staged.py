@@ -27,12 +27,14 @@ Scope (``supported``): fp16 q/k/V, float32 probabilities, no mask tensor (causal
 scale > 0, head_dim a power of two in [16, 128], rows 16-byte aligned for the copy engine (row
 strides of q/k/V), the buffers within an H200 block's shared memory, Hopper (sm_90), Gluon
 importable.
-Ragged S: key columns past S are masked, rows past S computed and not stored. ZERO_TAIL
-(``INDUCTOR_GQA_STAGED_ZERO_TAIL=1``, off until checked on the GPU): the V rows of those keys,
-which the copy engine brings from the next batch, are zeroed before P @ V, so a NaN cannot
-cross batches (0 * NaN is NaN; perf/experiments/staged_batch_isolation.py, docs note 39).
-Outputs as flash.py's MODE 3 with GUARD 0 or 1 (GP 1): probabilities [B, H, S, S], o [B, S, H*D]
-(strided), an fp16 o raising FLAG by flash.py's range rule.
+Ragged S: key columns past S are masked, rows past S computed and not stored. The copy engine
+brings the V rows of those keys from the next batch; their p is 0, but 0 * inf or NaN is NaN.
+So these kernels need finite operands: the copies' range rule (qk_epilogue._store16) raises
+the flag for any non-finite value, and with it set the GUARD 1 launch exits and the float32
+fallback, which loads through masks, keeps each batch's values to itself (zeroing the V rows
+here instead cost 119 -> 126 us at 449x16; docs note 39). Outputs as flash.py's MODE 3 with
+GUARD 0 or 1 (GP 1): probabilities [B, H, S, S], o [B, S, H*D] (strided), an fp16 o raising
+FLAG by flash.py's range rule.
 
 The Triton CPU interpreter does not run Gluon: these kernels are checked on the GPU
 (perf/experiments/probs_staged_bench.py, the perf job's checks) and compiled for sm_90 on the
@@ -42,7 +44,6 @@ CPU (tests/kernels/test_probs_staged_compile.py).
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
@@ -159,26 +160,10 @@ if HAVE_GLUON:
         return m_i, l_i
 
     @gluon.jit
-    def _zero_rows_from(v_s, keep, BLOCK_N: gl.constexpr, D: gl.constexpr, NW: gl.constexpr):
-        """Zero the V tile's rows from ``keep`` on. They are keys past S: the copy engine
-        brought the next batch's rows (zeros past the tensor), whose p is 0, but 0 * inf or NaN
-        is NaN, so a bad value in one batch would reach another batch's o."""
-        tpr: gl.constexpr = D // 8 if D // 8 < 32 else 32
-        layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8],
-                                                threads_per_warp=[32 // tpr, tpr],
-                                                warps_per_cta=[NW, 1], order=[1, 0])
-        rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
-        v = v_s.load(layout)
-        v_s.store(gl.where(gl.expand_dims(rows < keep, 1), v, gl.zeros_like(v)))
-        # the MMA reads the tile through the async proxy, after every thread's stores
-        fence_async_shared()
-        _block_barrier()
-
-    @gluon.jit
     def _store_loop(u, n_comp, lse_st, lse_o, p_rows, row_ok, S, k_desc, v_desc,
                     kv_smem, p_smem, m_smem, kv_bar, kv_row, kvh,
                     D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    STAGES: gl.constexpr, NW: gl.constexpr, ZERO_TAIL: gl.constexpr = False):
+                    STAGES: gl.constexpr, NW: gl.constexpr):
         """Loop 2 over the staged tiles: the probabilities p * 2^(m_j - lse) out (columns
         j * BLOCK_N on, rows at ``p_rows``, where ``row_ok``) while P @ V_j runs on the staged
         tile (the ring's loads u + n_comp + j); ``lse_st``/``lse_o``: the rows' log-sum-exp in
@@ -199,9 +184,6 @@ if HAVE_GLUON:
             mbarrier.wait(kv_bar.index(slot), ((u + t) // STAGES) & 1)
             p_j = p_smem.index(j)
             v_s = kv_smem.index(slot)
-            if ZERO_TAIL:
-                if j * BLOCK_N + BLOCK_N > S:
-                    _zero_rows_from(v_s, S - j * BLOCK_N, BLOCK_N, D, NW)
             pv_tok = warpgroup_mma(p_j, v_s, o_zero, use_acc=False, is_async=True)
             f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
             prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
@@ -250,8 +232,7 @@ if HAVE_GLUON:
                   tok_wait, tok_phase, tok_pred, tok_arrive,
                   D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr,
-                  ZERO_TAIL: gl.constexpr = False):
+                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr):
         """One row tile (BLOCK_M query rows of one head): loop 1 stages p, loop 2 stores the
         probabilities and accumulates P @ V. ``u``: loads its warps' K/V ring took before;
         ``nth``: row tiles its warps did before (the q barrier's phase). With WS the loop 1s of
@@ -297,7 +278,7 @@ if HAVE_GLUON:
         # loop 2: the normalized probabilities out, P @ V from the staged tiles
         acc = _store_loop(u, n_comp, lse_st, lse_o, p_rows, row_ok, S, k_desc, v_desc,
                           kv_smem, p_smem, m_smem, kv_bar, kv_row, kvh, D, BLOCK_M, BLOCK_N,
-                          STAGES, NW, ZERO_TAIL)
+                          STAGES, NW)
         if CAUSAL:
             zeros = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, st_layout)
             for j in range(n_comp, N_TILES):
@@ -343,7 +324,7 @@ if HAVE_GLUON:
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                             GUARD: gl.constexpr, num_warps: gl.constexpr,
-                            PDL: gl.constexpr = 0, ZERO_TAIL: gl.constexpr = False):
+                            PDL: gl.constexpr = 0):
         """One row tile per program (grid: row tiles x B*H)."""
         _wait_for_predecessor(PDL)
         if GUARD == 1:
@@ -356,8 +337,7 @@ if HAVE_GLUON:
         _row_tile(tile, 0, 0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                   H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
                   q_bar, 0, False, q_bar,
-                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps,
-                  ZERO_TAIL)
+                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps)
         mbarrier.invalidate(q_bar)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(kv_bar.index(i))
@@ -368,7 +348,7 @@ if HAVE_GLUON:
                        kv_bar, tok,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       GUARD: gl.constexpr, NW: gl.constexpr, ZERO_TAIL: gl.constexpr):
+                       GUARD: gl.constexpr, NW: gl.constexpr):
         """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
         Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
         k - 1 (token ``tok[1 - role]``) and then passes its own token."""
@@ -382,8 +362,7 @@ if HAVE_GLUON:
             u = _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
                           sp_s, H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar,
                           kv_bar, tok.index(1 - role), other & 1, other >= 0, tok.index(role),
-                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW,
-                          ZERO_TAIL)
+                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW)
             nth += 1
 
     @gluon.jit
@@ -392,8 +371,7 @@ if HAVE_GLUON:
                               D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                               N_TILES: gl.constexpr, STAGES: gl.constexpr,
                               CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
-                              num_warps: gl.constexpr, PDL: gl.constexpr = 0,
-                              ZERO_TAIL: gl.constexpr = False):
+                              num_warps: gl.constexpr, PDL: gl.constexpr = 0):
         """Persistent programs of two warpgroups, each with its own buffers, taking the
         program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
         while the other computes (FlashAttention-3's ping-pong, with the stores in the place
@@ -410,19 +388,11 @@ if HAVE_GLUON:
         gl.warp_specialize([
             (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0, kvb0, tok,
-                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
-                              ZERO_TAIL)),
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
             (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1, kvb1, tok,
-                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
-                              ZERO_TAIL)),
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
         ], [num_warps], [REGS])
-
-
-def zero_tail() -> dict:
-    """ZERO_TAIL's launch switch (module docstring), read at each launch: empty when off, so the
-    default launches are those measured."""
-    return {"ZERO_TAIL": True} if os.environ.get("INDUCTOR_GQA_STAGED_ZERO_TAIL") == "1" else {}
 
 
 def available(device: torch.device) -> bool:
@@ -508,7 +478,7 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
     n_m = cdiv(seq, block_m)
     meta = dict(D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=cdiv(seq, block_n),
                 STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps,
-                **zero_tail(), **pdl.launch_options(out.device))
+                **pdl.launch_options(out.device))
     if pingpong:
         n_tiles = n_m * batch * num_heads
         grid = (min(n_tiles, _sm_count(q16.device)),)

@@ -48,12 +48,15 @@ def _round(x, DT: tl.constexpr):
 @triton.jit
 def _store16(x16_ptr, offs, x, m2, flag_ptr):
     """fp16 copy of fp32 values. The flag is raised where fp16's range would cost accuracy: a
-    finite value that overflows, or a nonzero row (one head of one token) whose largest value is
+    value that overflows, or a nonzero row (one head of one token) whose largest value is
     below 2^-14, fp16's smallest normal. In a row whose maximum M is at least 2^-14 every value's
-    error (at most 2^-25 absolute for subnormals) stays within M * 2^-11, TF32's bound for M."""
+    error (at most 2^-25 absolute for subnormals) stays within M * 2^-11, TF32's bound for M.
+    Non-finite values (inf, NaN) raise it too: the staged kernels read past a batch's last key
+    into the next batch's V rows with p = 0, and 0 * NaN would carry a NaN across batches; the
+    float32 fallback keeps batches apart as eager does."""
     x16 = x.to(tl.float16)
     ax = tl.where(m2, tl.abs(x), 0.0)
-    over = (tl.abs(x16.to(tl.float32)) == float("inf")) & (ax < float("inf"))
+    over = m2 & ~(tl.abs(x16.to(tl.float32)) < float("inf"))     # overflow, inf or NaN
     rmax = tl.max(ax, axis=-1)      # rows along the last axis
     tiny = (rmax > 0.0) & (rmax < FP16_MIN_NORMAL)
     tl.store(x16_ptr + offs, x16, mask=m2)
@@ -70,8 +73,8 @@ def _store16_pair(x16_ptr, offs1, offs2, x1, x2, m2, flag_ptr):
     h2 = x2.to(tl.float16)
     a1 = tl.where(m2, tl.abs(x1), 0.0)
     a2 = tl.where(m2, tl.abs(x2), 0.0)
-    over = (((tl.abs(h1.to(tl.float32)) == float("inf")) & (a1 < float("inf"))).to(tl.int32)
-            | ((tl.abs(h2.to(tl.float32)) == float("inf")) & (a2 < float("inf"))).to(tl.int32))
+    over = ((m2 & ~(tl.abs(h1.to(tl.float32)) < float("inf"))).to(tl.int32)
+            | (m2 & ~(tl.abs(h2.to(tl.float32)) < float("inf"))).to(tl.int32))
     rmax = tl.maximum(tl.max(a1, axis=-1), tl.max(a2, axis=-1))
     tiny = (rmax > 0.0) & (rmax < FP16_MIN_NORMAL)
     tl.store(x16_ptr + offs1, h1, mask=m2)

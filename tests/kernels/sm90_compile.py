@@ -292,10 +292,6 @@ def staged_jobs():
             kernel = "probs_pingpong_kernel" if pp else "probs_staged_kernel"
             jobs.append(_job(f"staged S{seq}{' causal' if causal else ''} {cfg}",
                              "inductor_gqa.kernels.probs_staged", kernel, types, consts, nw))
-            if seq == 449:      # ZERO_TAIL (opt-in until checked on the GPU)
-                jobs.append(_job(f"staged S{seq} zero_tail {cfg}",
-                                 "inductor_gqa.kernels.probs_staged", kernel, types,
-                                 dict(consts, ZERO_TAIL=True), nw))
     return jobs
 
 

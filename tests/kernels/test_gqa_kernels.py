@@ -259,6 +259,28 @@ def test_f16_copies_tiny_values_fall_back(tf32_allowed, monkeypatch, proj):
 
 
 @pytest.mark.parametrize("proj", [False, True])
+def test_nan_in_one_batch_stays_there(tf32_allowed, monkeypatch, proj):
+    """A NaN in one token of batch 1 makes eager's batch 1 NaN and leaves batch 0 alone; on fp16
+    copies the range flag sends the block to the float32 fallback (the staged GPU kernels read
+    a batch's tail keys from the next batch, where 0 * NaN would cross over), which must do the
+    same: batch 0 as the clean reference, batch 1 non-finite wherever eager's is."""
+    if proj:
+        monkeypatch.delenv("INDUCTOR_GQA_FP16_PROJECTIONS")
+    spec = _w075_spec()
+    t = _inputs(spec, 2, 19, 64, F32)
+    t["x"] = t["x"].clone()
+    t["x"][1, 5, 7] = float("nan")
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    out, p = block.run_block(dict(t), spec)
+    assert torch.isnan(ref[1]).any() and torch.isfinite(ref[0]).all()
+    _close_high(p[0], ref_p[0], 2e-3)
+    torch.testing.assert_close(out[0], ref[0], atol=2e-3 * ref[0].abs().max().item(), rtol=1e-3)
+    assert torch.equal(torch.isfinite(out[1]), torch.isfinite(ref[1]))
+    assert torch.equal(torch.isfinite(p[1]), torch.isfinite(ref_p[1]))
+
+
+@pytest.mark.parametrize("proj", [False, True])
 def test_fp16_o_proj(tf32_allowed, monkeypatch, proj):
     """With fp16 copies, o_proj runs on fp16 o and Wo (written by the attention and epilogue
     launches); INDUCTOR_GQA_FP16_OPROJ=0 keeps it in float32."""
@@ -339,7 +361,7 @@ def test_f16_overflow_flag():
     g = torch.Generator().manual_seed(0)
     q, k, v = torch.randn(6, 32, generator=g), torch.randn(6, 16, generator=g), torch.randn(6, 16, generator=g)
     cases = [(None, None)] + [(w, c) for w in ("q", "k", "v") for c in ("over", "tiny")]
-    for which, how in cases + [("v", "zero"), ("q", "one small")]:
+    for which, how in cases + [("v", "zero"), ("q", "one small"), ("v", "nan"), ("k", "inf")]:
         qq, kk, vv = q.clone(), k.clone(), v.clone()
         if how == "over":
             dict(q=qq, k=kk, v=vv)[which][3, 5] = 7e4        # beyond fp16's 65504
@@ -350,7 +372,9 @@ def test_f16_overflow_flag():
             vv[3] = 0.0
         elif how == "one small":    # a small value in a normal row costs nothing
             qq[3, 5] = 1e-7
-        raised = how in ("over", "tiny")
+        elif how in ("nan", "inf"):     # non-finite: the float32 fallback keeps batches apart
+            dict(q=qq, k=kk, v=vv)[which][3, 5] = float(how)
+        raised = how in ("over", "tiny", "nan", "inf")
         copies = (torch.empty_like(qq, dtype=torch.float16),
                   torch.empty_like(kk, dtype=torch.float16),
                   torch.empty_like(vv, dtype=torch.float16), torch.zeros(1, dtype=torch.int32))
@@ -358,7 +382,7 @@ def test_f16_overflow_flag():
                       v=vv, copies=copies[:3], flag=copies[3])
         assert copies[3].item() == raised, (which, how)
         for c, x in zip(copies[:3], (qq, kk, vv)):     # round to nearest, elsewhere exact
-            fine = x.abs() < 6e4
+            fine = x.abs() < 6e4        # (False for NaN)
             assert torch.equal(c.float()[fine], x.half().float()[fine])
 
 
