@@ -97,7 +97,7 @@ def f16_operands_allowed(dt, prec) -> bool:
 def o_proj(t, spec, o, probs, prec, o16=None, copies=None, pending=(), wo16_ready=None):
     """4. o_proj: on the fp16 copies (o16, Wo16) with a guarded float32 fallback, or float32.
     ``pending``: the attention's deferred guarded fallback launches (``attention(deferred=)``),
-    run before anything reads the float32 o. ``wo16_ready``: ``wo16_aside``'s event."""
+    run before anything reads the float32 o. ``wo16_ready``: ``fork_wo16``'s event."""
     if o16 is not None:
         out = _o_proj16(o, *o16, copies[3], pending, wo16_ready)
     else:
@@ -146,27 +146,30 @@ def _side_stream(device):
     return side
 
 
-def wo16_aside(o16, flag, head_dim):
-    """(the norm/RoPE launch's ``wo`` argument, an event or None) for o_proj's fp16 weight copy.
-    While a CUDA graph is captured the copy is a launch of its own on the side stream, forked
-    here (call it after the flag was cleared), so it runs beside the Q/K/V GEMM, the norm/RoPE
-    launch and attention instead of lengthening the norm/RoPE launch (at 128x4 Wo is two thirds
-    of that launch's bytes); only o_proj reads it, after waiting for the event. Plain launches
-    keep it in the norm/RoPE launch: one launch fewer, and host time is their limit.
-    INDUCTOR_GQA_WO16_ASIDE=0 keeps it there under capture too."""
-    if o16 is None:
-        return None, None
+def wo16_mode(o16) -> int:
+    """Where o_proj's fp16 weight copy is made: 0 in the norm/RoPE launch; while a CUDA graph is
+    captured, as a launch of its own on the side stream (``fork_wo16``) forked 1 after the
+    operands' scale_rows launch (beside the Q/K/V GEMM) or 2 after the norm/RoPE launch (beside
+    attention), per INDUCTOR_GQA_WO16_ASIDE (default 0; measured in
+    perf/experiments/wo16_aside_bench.py). Plain launches keep it in the norm/RoPE launch: one
+    launch fewer, and host time is their limit."""
+    if o16 is None or not (o16[1].is_cuda and tuning._capturing()):
+        return 0
+    mode = os.environ.get("INDUCTOR_GQA_WO16_ASIDE", "0")
+    return int(mode) if mode in ("1", "2") else 0
+
+
+def fork_wo16(o16, flag, head_dim):
+    """Wo's fp16 copy on the side stream, after everything issued so far on this one (call it
+    after the flag was cleared); returns the event o_proj waits for (``_o_proj16``)."""
     _, wo, wo16 = o16
-    if not (wo.is_cuda and tuning._capturing()
-            and os.environ.get("INDUCTOR_GQA_WO16_ASIDE", "1") != "0"):
-        return (wo, wo16), None
     side = _side_stream(wo.device)
     side.wait_stream(torch.cuda.current_stream(wo.device))
     with torch.cuda.stream(side):
         wo16_(wo, wo16, flag, head_dim)
         ready = torch.cuda.Event()
         ready.record(side)
-    return None, ready
+    return ready
 
 
 def _o_proj16(o, o16, wo, wo16, flag, pending=(), wo16_ready=None):
@@ -175,7 +178,7 @@ def _o_proj16(o, o16, wo, wo16, flag, pending=(), wo16_ready=None):
     CUDA graph is captured they go on a side stream beside that GEMM, so their early-exit
     launches overlap it instead of adding a node each to the chain (plain launches keep one
     stream: their host time, not the GPU, is the limit there). ``wo16_ready``: Wo16 was made
-    on the side stream (``wo16_aside``); everything from here waits for it, the fallbacks
+    on the side stream (``fork_wo16``); everything from here waits for it, the fallbacks
     because that launch may raise the flag."""
     b, s, hd = o.shape
     if wo16_ready is not None:
@@ -226,7 +229,8 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
                                                          table, target)
     q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
     o16 = fp16_o_proj(t, spec, x)
-    wo_arg, wo16_ready = wo16_aside(o16, flag, d)
+    wo_mode = wo16_mode(o16)
+    wo16_ready = fork_wo16(o16, flag, d) if wo_mode == 1 else None
     # scaled products [B*S, Nq+Nk+Nv] (float32, or fp16 with out16): q, k, v are its column
     # slices; the epilogue multiplies by x_inv (per token) and w_inv (per feature)
     qkv = (_mm16_out16 if out16 else _mm16)(x16, w16.t())
@@ -236,7 +240,10 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     tail = (t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
             eps_value, spec.rope, spec.rotary_dim)
     qk_norm_rope_(q, k, *tail, eps_k=eps_k_value, v=v, copies=copies[:3], flag=copies[3],
-                  scales=scales, store32=False, wo=wo_arg, in16=out16)
+                  scales=scales, store32=False, wo=o16[1:] if o16 and not wo_mode else None,
+                  in16=out16)
+    if wo_mode == 2:
+        wo16_ready = fork_wo16(o16, flag, d)
     if out16:
         # the float32 fallback's own scaled products (written only if the flag is raised)
         qkv32 = torch.empty(qkv.shape, device=x.device, dtype=torch.float32)

@@ -12,6 +12,13 @@ thirds of the norm/RoPE launch's bytes at 128x4 and ~10% at 512x16; on the side 
 beside the Q/K/V GEMM (which leaves SMs idle at small M) and comes off the chain. Small cases
 (S*B <= 1024) -1 to -2 us, the others -0.5 to -2 us, none slower by more than noise (~0.5 us);
 W075 "high" mean about -1.5 us.
+Outcome of that first run ("aside", forked after scale_rows; runs/7e7e108/wo16_first.json):
+128x4 +0.9 us, 131x1 and 512x16 unchanged, 4096x1 -3.1.
+
+Second run, three settings ("inline" 0, "aside" 1, "late" 2: forked after the norm/RoPE launch,
+beside attention). Prediction (written before it): "late" gains where attention leaves SMs
+idle and the GEMM does not compete: small cases -0.5 to -1.5 us, 4096x1 about -3 as "aside";
+"aside" as in the first run.
 """
 import argparse
 import json
@@ -27,13 +34,13 @@ from perf import bench
 from perf.kernels_check import w075_block
 from perf.sanitize_block import _replayed
 
-SETTINGS = {"inline": "0", "aside": "1"}
+SETTINGS = {"inline": "0", "aside": "1", "late": "2"}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--cases", default=",".join(f"{s}x{b}" for s, b in wl.W075.cases))
-    p.add_argument("--alternations", type=int, default=3)
+    p.add_argument("--alternations", type=int, default=2)
     p.add_argument("--out", default="")
     a = p.parse_args(argv)
     torch.set_float32_matmul_precision("high")
@@ -66,14 +73,13 @@ def main(argv=None) -> int:
                 bad += not checks[name]["passed"]
         row = {"case": case, **{f"{k}_us": statistics.median(v) for k, v in times.items()},
                "runs_us": times, "checks": checks}
-        row["delta_us"] = row["aside_us"] - row["inline_us"]
         rows.append(row)
-        print(f"{case}: inline {row['inline_us']:.1f} us, aside {row['aside_us']:.1f} us "
-              f"({row['delta_us']:+.1f}); checks {checks}", flush=True)
+        print(f"{case}: " + ", ".join(f"{k} {row[k + '_us']:.1f} us" for k in SETTINGS)
+              + f"; checks {checks}", flush=True)
     os.environ.pop("INDUCTOR_GQA_WO16_ASIDE", None)
     mean = {k: statistics.mean(r[f"{k}_us"] for r in rows) for k in SETTINGS}
-    print(f"mean over {len(rows)} cases: inline {mean['inline']:.2f} us, aside "
-          f"{mean['aside']:.2f} us", flush=True)
+    print(f"mean over {len(rows)} cases: "
+          + ", ".join(f"{k} {v:.2f} us" for k, v in mean.items()), flush=True)
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
