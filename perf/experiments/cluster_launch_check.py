@@ -51,12 +51,10 @@ def run(clusters, block, clustered):
     ranks = torch.full_like(ws, -3)
     k = exchange_kernel.warmup(ws, out, ranks, BLOCK=block, RANKS=RANKS, grid=(n,),
                                num_warps=block // 32)
-    if clustered:
-        nw, _, shared = k.packed_metadata
-        k.packed_metadata = (nw, RANKS, shared)
-        grid = (clusters, 1, 1)         # the launcher multiplies x by num_ctas
-    else:
-        grid = (n, 1, 1)
+    # the compiled kernel is the JIT cache's own object: set the field both ways
+    nw, _, shared = k.packed_metadata
+    k.packed_metadata = (nw, RANKS if clustered else 1, shared)
+    grid = (clusters, 1, 1) if clustered else (n, 1, 1)     # the launcher multiplies x by it
     k[grid](ws, out, ranks)
     torch.cuda.synchronize()
     pid = torch.arange(n, device="cuda").repeat_interleave(block)
