@@ -1,9 +1,9 @@
 """Experiment: o_proj's fp16 weight copy on a side stream under CUDA-graph capture
 (``fp16_plans.wo16_mode`` and ``fork_wo16``) against the same copy inside the norm/RoPE launch
 (as before), W075 "high", the whole block, in one process: each case's tuner choices are made
-once and shared by the settings, which are timed alternately (CUDA-graph replay, the perf job's timer); each
-setting's replayed outputs are checked with the workload's tolerance on fresh inputs, outputs
-NaN-poisoned before the replay.
+once and shared by the settings, which are timed alternately (CUDA-graph replay, the perf job's
+timer); each setting's replayed outputs are checked with the workload's tolerance on fresh
+inputs, outputs NaN-poisoned before the replay.
 
     PYTHONPATH=$PWD python perf/experiments/wo16_aside_bench.py [--cases 131x1,512x16] [--out F]
 
