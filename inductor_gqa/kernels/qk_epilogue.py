@@ -46,6 +46,12 @@ def _round(x, DT: tl.constexpr):
 
 
 @triton.jit
+def _not_fp16_finite(x16, m2):
+    """Where an fp16 copy (within mask ``m2``) holds no finite value: an overflow, inf or NaN."""
+    return m2 & ~(tl.abs(x16.to(tl.float32)) < float("inf"))
+
+
+@triton.jit
 def _store16(x16_ptr, offs, x, m2, flag_ptr):
     """fp16 copy of fp32 values. The flag is raised where fp16's range would cost accuracy: a
     value that overflows, or a nonzero row (one head of one token) whose largest value is
@@ -56,7 +62,7 @@ def _store16(x16_ptr, offs, x, m2, flag_ptr):
     float32 fallback keeps batches apart as eager does."""
     x16 = x.to(tl.float16)
     ax = tl.where(m2, tl.abs(x), 0.0)
-    over = m2 & ~(tl.abs(x16.to(tl.float32)) < float("inf"))     # overflow, inf or NaN
+    over = _not_fp16_finite(x16, m2)
     rmax = tl.max(ax, axis=-1)      # rows along the last axis
     tiny = (rmax > 0.0) & (rmax < FP16_MIN_NORMAL)
     tl.store(x16_ptr + offs, x16, mask=m2)
@@ -73,8 +79,7 @@ def _store16_pair(x16_ptr, offs1, offs2, x1, x2, m2, flag_ptr):
     h2 = x2.to(tl.float16)
     a1 = tl.where(m2, tl.abs(x1), 0.0)
     a2 = tl.where(m2, tl.abs(x2), 0.0)
-    over = ((m2 & ~(tl.abs(h1.to(tl.float32)) < float("inf"))).to(tl.int32)
-            | (m2 & ~(tl.abs(h2.to(tl.float32)) < float("inf"))).to(tl.int32))
+    over = _not_fp16_finite(h1, m2).to(tl.int32) | _not_fp16_finite(h2, m2).to(tl.int32)
     rmax = tl.maximum(tl.max(a1, axis=-1), tl.max(a2, axis=-1))
     tiny = (rmax > 0.0) & (rmax < FP16_MIN_NORMAL)
     tl.store(x16_ptr + offs1, h1, mask=m2)
