@@ -11,6 +11,10 @@
   the host's guarantee): exact row max and sum, then the same store and P @ V.
   MODE 4: MODE 1 then MODE 2 in the same program, row tile by row tile: the pair in one launch,
   for the guarded fallback (two passes in one launch are slower where speed counts: note 9).
+  MODE 6: the pair rolled into one launch: a program takes ROWS consecutive row tiles and
+  computes each tile's statistics in the key loop that stores the previous tile's
+  probabilities (one K load for both products), so the stats pass's work runs under the
+  probabilities pass's stores. No mask, not causal.
 * Masks, in the eager order: scale, causal (-inf), bool_fill (mask_fill), bool_keep (-inf),
   additive. Causal tiles wholly above the diagonal are skipped (and, for probabilities, written as
   zeros without computing) except with bool_fill, whose finite fill overrides the causal -inf.
@@ -173,7 +177,7 @@ def gqa_attention_kernel(
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr = 1,
         FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False,
-        ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1,
+        ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1, ROWS=1,
         PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
     if GUARD == 1:
@@ -182,7 +186,13 @@ def gqa_attention_kernel(
     if GUARD == 2:
         if tl.load(FLAG) == 0:
             return
-    if PERSIST:
+    if MODE == 6:
+        tl.static_assert(not CAUSAL and MASK_KIND == 0 and not ALIGN4 and not PERSIST)
+        _rolling_tiles(tl.program_id(0), tl.program_id(1), ROWS, Q, K, V, O, P, FLAG,
+                       sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s,
+                       so_h, sp_b, sp_h, sp_s, H, G, S, qscale, D, BLOCK_D, BLOCK_M, BLOCK_N,
+                       PREC, UPCAST, V_KMAJOR, GUARD, GP, FOLD, EVEN_N)
+    elif PERSIST:
         # the guarded float32 fallback (GUARD 2): a few programs loop over the N_BH row-tile
         # columns, so the launch costs little when the flag is clear (a full grid of programs
         # that only read the flag took microseconds at W075's larger sizes)
@@ -399,15 +409,165 @@ def _attention_tile(
                   + offs_d[None, :])
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
         if GUARD == 1:
-            if O.dtype.element_ty == tl.float16:
-                # an fp16 output for the fp16 o_proj: the same range rule as the q/k/V copies
-                # (qk_epilogue._store16), per row of this head; a raised flag sends the block
-                # to the float32 fallback launches that follow
-                a = tl.where(m_ok[:, None] & d_ok[None, :], tl.abs(acc), 0.0)
-                rmax = tl.max(a, 1)
-                bad = ((rmax > 0.0) & (rmax < FP16_MIN_NORMAL)) | (rmax >= 65504.0)
-                # one predicated atomic per bad row, no reduction across the program's warps
-                tl.atomic_max(FLAG + tl.zeros_like(offs_m), 1, mask=bad)
+            _flag_o16(acc, m_ok, d_ok, offs_m, FLAG, O.dtype.element_ty == tl.float16)
+
+
+@triton.jit
+def _flag_o16(acc, m_ok, d_ok, offs_m, FLAG, O16: tl.constexpr):
+    if O16:
+        # an fp16 output for the fp16 o_proj: the same range rule as the q/k/V copies
+        # (qk_epilogue._store16), per row of this head; a raised flag sends the block to the
+        # float32 fallback launches that follow
+        a = tl.where(m_ok[:, None] & d_ok[None, :], tl.abs(acc), 0.0)
+        rmax = tl.max(a, 1)
+        bad = ((rmax > 0.0) & (rmax < FP16_MIN_NORMAL)) | (rmax >= 65504.0)
+        # one predicated atomic per bad row, no reduction across the program's warps
+        tl.atomic_max(FLAG + tl.zeros_like(offs_m), 1, mask=bad)
+
+
+@triton.jit
+def _rows_of(t, h, MR: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Row tile t of a program's (batch, heads): each row's query position and query head
+    (BLOCK_M // MR heads, head-major blocks of MR rows: flash.py's GP)."""
+    rows = tl.arange(0, BLOCK_M)
+    return t * MR + rows % MR, h + rows // MR
+
+
+@triton.jit
+def _rolling_tiles(
+        chunk, bh, ROWS, Q, K, V, O, P, FLAG,
+        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
+        sp_b, sp_h, sp_s, H, G, S, qscale,
+        D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        PREC: tl.constexpr, UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, GUARD: tl.constexpr,
+        GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr):
+    """MODE 6: the probabilities of ROWS consecutive row tiles in one program, each tile's
+    statistics computed in the key loop of the tile before it (the first tile's alone). The
+    stats pass's products and exponentials run under the probabilities pass's stores instead
+    of in a launch of their own; one K tile load serves both products. No mask, not causal."""
+    MR: tl.constexpr = BLOCK_M // GP
+    PRESCALED: tl.constexpr = Q.dtype.element_ty == tl.float32
+    EXP_SCALE: tl.constexpr = FOLD and not PRESCALED
+    b = bh // (H // GP)
+    h = (bh - b * (H // GP)) * GP
+    kvh = h // G
+    b64 = b.to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_nb = tl.arange(0, BLOCK_N)
+    d_ok = offs_d < D
+    k_base = K + b64 * sk_b + kvh * sk_h + offs_d[None, :]
+    if V_KMAJOR:
+        v_base = V + b64 * sv_b + kvh.to(tl.int64) * sv_h + offs_d[:, None].to(tl.int64) * sv_d
+    else:
+        v_base = V + b64 * sv_b + kvh.to(tl.int64) * sv_h + offs_d[None, :].to(tl.int64) * sv_d
+    first = chunk * ROWS
+    last = tl.minimum(first + ROWS, tl.cdiv(S, MR))
+
+    # the first tile's statistics alone (the stats pass's loop)
+    offs_m, hh = _rows_of(first, h, MR, BLOCK_M)
+    q_b = _load_q(Q, b64, hh, offs_m, offs_d, sq_b, sq_h, sq_s, S, d_ok, qscale, UPCAST)
+    m_b = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_b = tl.zeros([BLOCK_M], tl.float32)
+    for start_n in range(0, S, BLOCK_N):
+        offs_n = start_n + offs_nb
+        k = _load_k(k_base, sk_s, offs_n, S, d_ok, UPCAST)
+        m_b, l_b = _stats_update(tl.dot(q_b, tl.trans(k), input_precision=PREC), m_b, l_b,
+                                 offs_n, start_n, S, qscale, PRESCALED, EXP_SCALE, EVEN_N)
+    for t in range(first, last):
+        q_a = q_b
+        offs_a = offs_m
+        hh_a = hh
+        lse = tl.where(m_b == float("-inf"), 0.0, m_b) + tl.log2(l_b)
+        a_ok = offs_a < S
+        p_row = (P + b64 * sp_b + hh_a[:, None].to(tl.int64) * sp_h
+                 + offs_a[:, None].to(tl.int64) * sp_s)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        if t + 1 < last:
+            offs_m, hh = _rows_of(t + 1, h, MR, BLOCK_M)
+            q_b = _load_q(Q, b64, hh, offs_m, offs_d, sq_b, sq_h, sq_s, S, d_ok, qscale,
+                          UPCAST)
+            m_b = tl.full([BLOCK_M], float("-inf"), tl.float32)
+            l_b = tl.zeros([BLOCK_M], tl.float32)
+            for start_n in range(0, S, BLOCK_N):
+                offs_n = start_n + offs_nb
+                k = _load_k(k_base, sk_s, offs_n, S, d_ok, UPCAST)
+                kt = tl.trans(k)
+                acc = _probs_update(tl.dot(q_a, kt, input_precision=PREC), acc, lse, p_row,
+                                    v_base, sv_s, offs_n, start_n, a_ok, d_ok, S, qscale, P,
+                                    V, PREC, UPCAST, V_KMAJOR, PRESCALED, EXP_SCALE, EVEN_N)
+                m_b, l_b = _stats_update(tl.dot(q_b, kt, input_precision=PREC), m_b, l_b,
+                                         offs_n, start_n, S, qscale, PRESCALED, EXP_SCALE,
+                                         EVEN_N)
+        else:
+            for start_n in range(0, S, BLOCK_N):
+                offs_n = start_n + offs_nb
+                k = _load_k(k_base, sk_s, offs_n, S, d_ok, UPCAST)
+                acc = _probs_update(tl.dot(q_a, tl.trans(k), input_precision=PREC), acc, lse,
+                                    p_row, v_base, sv_s, offs_n, start_n, a_ok, d_ok, S, qscale,
+                                    P, V, PREC, UPCAST, V_KMAJOR, PRESCALED, EXP_SCALE, EVEN_N)
+        o_ptrs = (O + b64 * so_b + hh_a[:, None] * so_h + offs_a[:, None].to(tl.int64) * so_s
+                  + offs_d[None, :])
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=a_ok[:, None] & d_ok[None, :])
+        if GUARD == 1:
+            _flag_o16(acc, a_ok, d_ok, offs_a, FLAG, O.dtype.element_ty == tl.float16)
+
+
+@triton.jit
+def _load_q(Q, b64, hh, offs_m, offs_d, sq_b, sq_h, sq_s, S, d_ok, qscale, UPCAST: tl.constexpr):
+    q = tl.load(Q + b64 * sq_b + hh[:, None] * sq_h + offs_m[:, None].to(tl.int64) * sq_s
+                + offs_d[None, :], mask=(offs_m < S)[:, None] & d_ok[None, :], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    if Q.dtype.element_ty == tl.float32:
+        q = q * qscale      # PRESCALED
+    return q
+
+
+@triton.jit
+def _load_k(k_base, sk_s, offs_n, S, d_ok, UPCAST: tl.constexpr):
+    k = tl.load(k_base + offs_n[:, None].to(tl.int64) * sk_s,
+                mask=(offs_n < S)[:, None] & d_ok[None, :], other=0.0)
+    if UPCAST:
+        k = k.to(tl.float32)
+    return k
+
+
+@triton.jit
+def _stats_update(s, m_i, l_i, offs_n, n0, S, qscale, PRESCALED: tl.constexpr,
+                  EXP_SCALE: tl.constexpr, EVEN_N: tl.constexpr):
+    """One key tile of the stats pass: the running row max and sum of exp (base 2)."""
+    if not PRESCALED and not EXP_SCALE:
+        s = s * qscale
+    if not EVEN_N:
+        if n0 + s.shape[1] > S:
+            s = tl.where((offs_n < S)[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, _row_max(s, qscale, EXP_SCALE))
+    m_u = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp2(_shifted(s, m_u, qscale, EXP_SCALE))
+    l_i = l_i * tl.exp2(m_i - m_u) + tl.sum(p, 1)
+    return m_new, l_i
+
+
+@triton.jit
+def _probs_update(s, acc, lse, p_row, v_base, sv_s, offs_n, n0, m_ok, d_ok, S, qscale, P, V,
+                  PREC: tl.constexpr, UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr,
+                  PRESCALED: tl.constexpr, EXP_SCALE: tl.constexpr, EVEN_N: tl.constexpr):
+    """One key tile of the probabilities pass: store exp2(s - lse) and accumulate P @ V."""
+    if not PRESCALED and not EXP_SCALE:
+        s = s * qscale
+    n_ok = offs_n < S
+    if not EVEN_N:
+        if n0 + s.shape[1] > S:
+            s = tl.where(n_ok[None, :], s, float("-inf"))
+    p_out = tl.exp2(_shifted(s, lse, qscale, EXP_SCALE)).to(P.dtype.element_ty)
+    tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :],
+             eviction_policy="evict_first")
+    v = _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR)
+    if UPCAST:
+        acc += tl.dot(p_out.to(tl.float32), v.to(tl.float32), input_precision=PREC)
+    else:
+        acc += tl.dot(p_out.to(V.dtype.element_ty), v, input_precision=PREC)
+    return acc
 
 
 def align4_ok(seq, mode, causal, gp, block_n):
@@ -420,11 +580,15 @@ def align4_ok(seq, mode, causal, gp, block_n):
 
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
            mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
-           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1, align4=False):
+           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1, align4=False,
+           rows=1):
     """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
     v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D];
     ``flag``/``guard``: see GUARD; ``gp``: query heads per program (GP), dividing the group and
-    the row tile."""
+    the row tile; ``rows``: row tiles per program (MODE 6)."""
+    if mode == 6 and (causal or mask_kind != 0 or guard == 2 or rows < 1):
+        raise ValueError("flash.launch: MODE 6 takes no mask, no causal masking and no "
+                         "guarded fallback, and at least one row tile per program")
     if gp < 1 or groups % gp or block_m % gp:
         raise ValueError(f"flash.launch: {gp} query heads per program must divide the group "
                          f"({groups}) and the row tile ({block_m})")
@@ -442,6 +606,8 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
     align4 = bool(align4) and align4_ok(seq, mode, causal, gp, block_n)
     if align4:
         grid = (4 * cdiv(cdiv(seq, 4), block_m), batch * num_heads)
+    elif mode == 6:
+        grid = (cdiv(cdiv(seq, block_m // gp), rows), batch * num_heads // gp)
     else:
         grid = (cdiv(seq, block_m // gp), batch * num_heads // gp)
     persist = guard == 2 and not align4
@@ -457,5 +623,5 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         MASK_KIND=mask_kind, MODE=mode, PREC=prec, UPCAST=upcast, V_KMAJOR=bool(v_kmajor),
         PIPELINE=bool(pipeline), GUARD=int(guard), GP=int(gp),
         FOLD=mask_kind == 0 and float(scale) > 0, EVEN_N=seq % block_n == 0 and not align4,
-        ALIGN4=align4, PERSIST=persist, N_BH=n_bh,
+        ALIGN4=align4, PERSIST=persist, N_BH=n_bh, ROWS=int(rows),
         num_warps=num_warps, num_stages=num_stages, **pdl.launch_options(out.device))

@@ -112,6 +112,26 @@ def _single_pass_candidates(s, f16=False, groups=1):
     return cfgs + _packed(cfgs, f16, groups)
 
 
+def _rolling_candidates(f16, s, causal, mask_kind, groups):
+    """flash.py's MODE 6 (the stats pass rolled into the probabilities pass, ROWS row tiles per
+    program) for the fp16 copies, no mask, not causal: a candidate beside the pair where rows
+    are longer than the staged kernels hold. INDUCTOR_GQA_ROLLING=0 turns it off."""
+    if (f16 is None or causal or mask_kind != 0 or s <= 256
+            or os.environ.get("INDUCTOR_GQA_ROLLING", "1") == "0"):
+        return []
+    if tuning.interpreting():
+        return [(32, 32, 4, 1, "roll2")]
+    cfgs = [(64, 64, 4, 3, f"roll{r}") for r in (2, 4, 8)]
+    return cfgs + _packed(cfgs + [(128, 64, 8, 3, "roll4")], True, groups)
+
+
+def rolling_rows(cfg) -> int:
+    """MODE 6's row tiles per program from a config's "roll<R>" flag; 0 without it."""
+    if not isinstance(cfg, tuple):
+        return 0
+    return next((int(f[4:]) for f in cfg[4:] if isinstance(f, str) and f.startswith("roll")), 0)
+
+
 def _staged_candidates(f16, s, d, mask_kind, scale):
     """kernels/probs_staged.py's one-launch probabilities (Gluon, Hopper) for the fp16 copies,
     measured against flash.py's pair and MODE 3: on the H200 it wins at S in 256..512 (512x16:
@@ -202,7 +222,8 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
         flash.launch(qs, ks, vs, dst, probs, mask, ml, b, s, h, spec.groups, d, scale,
                      spec.mask_fill, spec.causal, mk, mode, prec, upcast, bm, bn, nw, ns,
                      v_kmajor=kmajor, pipeline="pipeline" in cfg, flag=flag, guard=guard,
-                     gp=heads_per_program(cfg), align4="a4" in cfg)
+                     gp=heads_per_program(cfg), align4="a4" in cfg,
+                     rows=max(1, rolling_rows(cfg)))
         return o
 
     def run_fallback(mode, probs=None, ml=None):
@@ -252,6 +273,8 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
     def one(c):
         if c == "two-pass":
             two_pass()
+        elif rolling_rows(c):
+            run(6, c, probs)
         elif c[0] == "staged":
             # a choice cached for another S of the bucket may not fit this one's shared memory
             # (or this call's alignment): the pair then runs
@@ -261,8 +284,9 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
 
     singles = _single_pass_candidates(s, f16_cfgs, spec.groups)
     staged = _staged_candidates(f16, s, d, mk, scale)
-    if singles or staged:
-        one(tuning.pick(base_key + (3,), singles + ["two-pass"] + staged, one))
+    rolling = _rolling_candidates(f16, s, spec.causal, mk, spec.groups)
+    if singles or staged or rolling:
+        one(tuning.pick(base_key + (3,), singles + ["two-pass"] + staged + rolling, one))
     else:
         two_pass()
     # the stats and probabilities passes in one launch

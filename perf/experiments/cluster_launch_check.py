@@ -55,14 +55,16 @@ def run(clusters, block, clustered):
     nw, _, shared = k.packed_metadata
     k.packed_metadata = (nw, RANKS if clustered else 1, shared)
     grid = (clusters, 1, 1) if clustered else (n, 1, 1)     # the launcher multiplies x by it
-    k[grid](ws, out, ranks)
+    # a compiled kernel's launcher takes every parameter, the constexprs included
+    args = (ws, out, ranks, block, RANKS)
+    k[grid](*args)
     torch.cuda.synchronize()
     pid = torch.arange(n, device="cuda").repeat_interleave(block)
     offs = torch.arange(block, device="cuda").repeat(n)
     nxt = pid - pid % RANKS + (pid % RANKS + 1) % RANKS
     ok_vals = torch.equal(out, (nxt * 1000 + offs).int())
     ok_ranks = torch.equal(ranks, (pid % RANKS).int())
-    return ok_vals, ok_ranks, k, grid, (ws, out, ranks)
+    return ok_vals, ok_ranks, k, grid, args
 
 
 def main() -> int:

@@ -119,6 +119,12 @@ def attention_jobs():
     for cfg in _ALIGNED_F16_PROBS:
         add("fp16->fp16/fp32 d64", torch.float16, 64, 2, cfg + ("a4",), kmajor=False,
             out=torch.float16, probs=torch.float32, guard=1)
+    # MODE 6 (the stats pass rolled into the probabilities pass), the fp16 copies
+    from inductor_gqa.lower.attention import _rolling_candidates
+    for cfg in _rolling_candidates((), 4096, False, 0, 4):
+        for even in (False, True):
+            add("fp16->fp16/fp32 d64", torch.float16, 64, 6, cfg, kmajor=False,
+                out=torch.float16, probs=torch.float32, guard=1, even=even)
     from inductor_gqa.lower.attention import _single_pass_candidates
     for s_len in (131, 256):
         for cfg in _single_pass_candidates(s_len):

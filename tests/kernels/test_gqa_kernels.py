@@ -872,3 +872,77 @@ def test_scaled_fp16_products_range_rule():
     with pytest.raises(ValueError, match="in16"):
         qk_norm_rope_(q, k, None, None, None, None, 1, n, h, hk, d, "none", 1e-6, "none", 0,
                       v=v, copies=copies, flag=flag, scales=None, store32=False, in16=True)
+
+
+@pytest.mark.parametrize("s,bm,gp,rows,dtype,bn", [
+    (37, 16, 1, 2, torch.float16, 16), (37, 16, 2, 3, torch.float16, 16),
+    (64, 32, 2, 1, torch.float16, 32), (40, 16, 1, 4, torch.float32, 16),
+    (48, 16, 1, 2, torch.float16, 16)])
+def test_rolling_probabilities(s, bm, gp, rows, dtype, bn):
+    """flash.py's MODE 6 (each row tile's statistics in the key loop of the tile before it,
+    ``rows`` tiles per program, ragged and even S, packed query heads): the probabilities and
+    P @ V of the eager softmax; with fp16 operands the fp16 output and its range flag."""
+    from inductor_gqa.kernels import flash
+    b, h, hk, d = 2, 4, 2, 16
+    g = torch.Generator().manual_seed(s + rows)
+    q, k, v = (torch.randn(b * s, n * d, generator=g).to(dtype) for n in (h, hk, hk))
+    scale = 0.3
+    f16 = dtype == torch.float16
+    o = torch.full((b, s, h * d), float("nan"), dtype=dtype)
+    p = torch.full((b, h, s, s), float("nan"))
+    flag = torch.zeros(1, dtype=torch.int32)
+    flash.launch((q, (s * h * d, d, h * d)), (k, (s * hk * d, d, hk * d)),
+                 (v, (s * hk * d, d, hk * d, 1)), o, p, None, None, b, s, h, h // hk, d, scale,
+                 0.0, False, 0, 6, "ieee", f16, bm, bn, 4, 1, flag=flag if f16 else None,
+                 guard=1 if f16 else 0, gp=gp, rows=rows)
+    q4 = q.float().view(b, s, h, d).transpose(1, 2)
+    k4 = k.float().view(b, s, hk, d).transpose(1, 2).repeat_interleave(h // hk, 1)
+    v4 = v.float().view(b, s, hk, d).transpose(1, 2).repeat_interleave(h // hk, 1)
+    ref_p = torch.softmax(q4 @ k4.transpose(-1, -2) * scale, -1)
+    ref_o = (ref_p @ v4).transpose(1, 2).reshape(b, s, h * d)
+    torch.testing.assert_close(p, ref_p, atol=2e-6, rtol=1e-4)
+    tol = 2e-3 if f16 else 1e-5
+    torch.testing.assert_close(o.float(), ref_o, atol=tol, rtol=tol)
+    assert flag.item() == 0
+
+
+def test_rolling_refuses_masks():
+    from inductor_gqa.kernels import flash
+    x = torch.zeros(4, 16)
+    with pytest.raises(ValueError, match="MODE 6"):
+        flash.launch((x, (64, 16, 16)), (x, (64, 16, 16)), (x, (64, 16, 16, 1)),
+                     torch.zeros(1, 4, 16), torch.zeros(1, 1, 4, 4), None, None, 1, 4, 1, 1,
+                     16, 1.0, 0.0, True, 0, 6, "ieee", False, 16, 16, 4, 1, rows=2)
+
+
+@pytest.mark.parametrize("proj", [False, True])
+def test_rolling_in_the_block(tf32_allowed, monkeypatch, proj):
+    """The whole W075-like block with the probabilities path taken by MODE 6 (the tuner's
+    choice forced), in both fp16-copies plans: the pair's results (the plan's own rounding, at
+    these inputs up to ~1e-2 from the float64 reference under f16proj, is the pair's too)."""
+    monkeypatch.setenv("INDUCTOR_GQA_FP16_PROJECTIONS", "1" if proj else "0")
+    monkeypatch.setattr(attn, "_single_pass_candidates", lambda *a, **k: [])
+    orig = tuning.pick
+    chosen = []
+    path = ["rolling"]
+
+    def pick(key, cands, run):
+        if key[-1] == 3:
+            c = cands[-1] if path[0] == "rolling" else "two-pass"
+            chosen.append(c)
+            return c
+        return orig(key, cands, run)
+    monkeypatch.setattr(tuning, "pick", pick)
+    spec = _w075_spec()
+    t = _inputs(spec, 1, 300, 64, F32)
+    out, p = block.run_block(dict(t), spec)
+    assert attn.rolling_rows(chosen[-1]) == 2, chosen
+    path[0] = "pair"
+    out2, p2 = block.run_block(dict(t), spec)
+    assert chosen[-1] == "two-pass"
+    torch.testing.assert_close(p, p2, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(out, out2, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    _close_high(p, ref_p, 2e-3)
+    torch.testing.assert_close(out, ref, atol=2e-2, rtol=0)
