@@ -5,7 +5,8 @@ to check a kernel on the GPU where measurement alone would not pick it.
         --only W075-high,W075c-high --rounds 10 --no-time --no-compile --out $OUT/kc.json
 
 A candidate is taken when it is a tuple whose first item is the tag (e.g. ("overlap", 64, 128,
-4, 2)); the first such candidate of each choice is used, the others are timed as usual.
+4, 2)) or one of whose flags equals it (e.g. "roll2" for (64, 64, 4, 3, "roll2", "gp4")); the
+first such candidate of each choice is used, the others are timed as usual.
 """
 import argparse
 import runpy
@@ -24,7 +25,7 @@ def main():
 
     def forced_pick(key, candidates, run):
         for c in candidates:
-            if isinstance(c, tuple) and c and c[0] == a.tag:
+            if isinstance(c, tuple) and c and (c[0] == a.tag or a.tag in c[4:]):
                 if key not in forced:
                     forced.add(key)
                     print(f"force_choice: {c} for {key}", flush=True)
