@@ -4,6 +4,9 @@ stores the previous tile's probabilities) against the two-pass pair, on W075 "hi
 (fp16 q/k/V copies, fp16 output, float32 probabilities).
 
     PYTHONPATH=$PWD python perf/experiments/rolling_bench.py [--cases 4096x1,...] [--out F]
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight \
+        --section SchedulerStats --section WarpStateStats --section Occupancy \
+        python perf/experiments/rolling_bench.py --ncu 4096x1
 
 Prediction (written before the first GPU run): the pair's stats pass is bound by its
 exponentials' latency and the probabilities pass by its stores (~72% of DRAM write rate at
@@ -96,11 +99,33 @@ def bench(case_name):
                 best_ratio=rows[0][0] / pair, all_ok=not bad)
 
 
+NCU_LAUNCHES = [(1, PAIR_STATS[1]), (2, PAIR_PROBS[3]), (6, (64, 64, 4, 3, "roll4", "gp4"))]
+
+
+def ncu(case_name):
+    """The pair's two passes and MODE 6 once each inside the profiler's range (compiled and
+    warmed outside it), for ncu --profile-from-start off."""
+    s, b = (int(t) for t in case_name.split("x"))
+    c = Case(s, b)
+    for mode, cfg in NCU_LAUNCHES:
+        launch(c, mode, cfg)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for mode, cfg in NCU_LAUNCHES:
+        launch(c, mode, cfg)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="4096x1,2048x1,1024x2,512x16,449x16,541x1,512x8")
     ap.add_argument("--out", default="")
+    ap.add_argument("--ncu", default="", help="a case: profile the pair and MODE 6 once each")
     a = ap.parse_args()
+    if a.ncu:
+        ncu(a.ncu)
+        return
     run_cases(bench, a.cases, a.out, experiment="rolling (flash.py MODE 6)")
 
 
