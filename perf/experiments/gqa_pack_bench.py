@@ -132,15 +132,17 @@ def bench(case_name):
     return rep
 
 
-def ncu(case_name, cfgs):
+def ncu(case_name, cfgs, launch=Case.launch):
+    """Each (mode, cfg) launched once inside the profiler's range (compiled and warmed outside
+    it), for ncu --profile-from-start off; ``launch(case, mode, cfg)``."""
     s, b = (int(t) for t in case_name.split("x"))
     c = Case(s, b)
     for mode, cfg in cfgs:          # compile and warm outside the profiled range
-        c.launch(mode, cfg)
+        launch(c, mode, cfg)
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
     for mode, cfg in cfgs:
-        c.launch(mode, cfg)
+        launch(c, mode, cfg)
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
 

@@ -23,7 +23,7 @@ import torch
 
 from inductor_gqa.kernels import tuning
 from inductor_gqa.lower import attention as lower_attention
-from gqa_pack_bench import Case, run_cases
+from gqa_pack_bench import Case, ncu, run_cases
 
 PAIR_STATS = [(64, 128, 4, 2), (64, 128, 4, 3), (128, 64, 8, 3)]
 PAIR_PROBS = [(64, 64, 4, 3, "gp4"), (64, 64, 4, 3), (64, 64, 4, 3, "pipeline"),
@@ -102,29 +102,14 @@ def bench(case_name):
 NCU_LAUNCHES = [(1, PAIR_STATS[1]), (2, PAIR_PROBS[3]), (6, (64, 64, 4, 3, "roll4", "gp4"))]
 
 
-def ncu(case_name):
-    """The pair's two passes and MODE 6 once each inside the profiler's range (compiled and
-    warmed outside it), for ncu --profile-from-start off."""
-    s, b = (int(t) for t in case_name.split("x"))
-    c = Case(s, b)
-    for mode, cfg in NCU_LAUNCHES:
-        launch(c, mode, cfg)
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    for mode, cfg in NCU_LAUNCHES:
-        launch(c, mode, cfg)
-    torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="4096x1,2048x1,1024x2,512x16,449x16,541x1,512x8")
     ap.add_argument("--out", default="")
     ap.add_argument("--ncu", default="", help="a case: profile the pair and MODE 6 once each")
     a = ap.parse_args()
-    if a.ncu:
-        ncu(a.ncu)
+    if a.ncu:       # the pair's two passes and MODE 6, once each
+        ncu(a.ncu, NCU_LAUNCHES, launch)
         return
     run_cases(bench, a.cases, a.out, experiment="rolling (flash.py MODE 6)")
 
