@@ -907,6 +907,8 @@ def test_rolling_probabilities(s, bm, gp, rows, dtype, bn):
 
 
 def test_rolling_refuses_masks():
+    """MODE 6 has no mask or causal path: asked for one, the launch refuses instead of
+    ignoring it."""
     from inductor_gqa.kernels import flash
     x = torch.zeros(4, 16)
     with pytest.raises(ValueError, match="MODE 6"):
