@@ -71,6 +71,10 @@ SMEM_PER_BLOCK = 232448     # bytes of shared memory one H100/H200 block may use
 # (H200, perf/experiments/probs_staged_bench.py: the ping-pong kernel with 128-key tiles is the
 # fastest at S in 256..512, the one-tile programs at B*H*S small)
 CONFIGS = [(64, 128, 4, 2), (64, 128, 4, 2, "pp"), (64, 64, 4, 3, "pp")]
+# "gp4": each row tile holds 16 positions of 4 query heads of one KV head, so a K/V tile the copy
+# engine brings serves four heads (flash.py's GP; in the pair's probabilities pass it took
+# 512x16 from 102 to 95 us)
+PACKED_CONFIGS = [c + ("gp4",) for c in CONFIGS]
 PINGPONG_REGS = 168         # registers per thread of the second warpgroup
 
 
@@ -116,7 +120,7 @@ if HAVE_GLUON:
                     m_smem, kv_bar, kv_row, kvh, q_bar, q_loads, tok_wait, tok_phase, tok_pred,
                     D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                     STAGES: gl.constexpr, CAUSAL: gl.constexpr, WS: gl.constexpr,
-                    NW: gl.constexpr):
+                    NW: gl.constexpr, GP: gl.constexpr):
         """Loop 1 over the key tiles j * BLOCK_N, j < n_comp (the ring's loads u + j),
         once q has landed (its ``q_loads``-th load of ``q_bar``; with WS, also the other
         warpgroup's token): scores, online max and
@@ -124,7 +128,7 @@ if HAVE_GLUON:
         (max, sum) in log2 units."""
         s_layout: gl.constexpr = _s_layout(BLOCK_N, NW)
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-        rows_s = m0 + gl.arange(0, BLOCK_M, layout=row_s)
+        rows_s = m0 + gl.arange(0, BLOCK_M, layout=row_s) % (BLOCK_M // GP)   # positions
         cols_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
@@ -198,16 +202,19 @@ if HAVE_GLUON:
     @gluon.jit
     def _store_o(acc, O, FLAG, b, h, m0, so_b, so_s, S,
                  D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                 GUARD: gl.constexpr, NW: gl.constexpr):
+                 GUARD: gl.constexpr, NW: gl.constexpr, GP: gl.constexpr):
         """o [B, S, H*D]-strided from the o-layout accumulator; an fp16 o raises FLAG by
         flash.py's range rule (a bad row sends the block to the float32 fallback)."""
         o_layout: gl.constexpr = _o_layout(D, NW)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-        rows_o = m0 + gl.arange(0, BLOCK_M, layout=row_o)
+        r = gl.arange(0, BLOCK_M, layout=row_o)
+        rows_o = m0 + r % (BLOCK_M // GP)
+        heads_o = h + r // (BLOCK_M // GP)
         offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
         o_ok = gl.expand_dims(rows_o < S, 1)
-        o_ptrs = (O + b.to(gl.int64) * so_b + gl.expand_dims(rows_o.to(gl.int64) * so_s, 1)
-                  + h * D + gl.expand_dims(offs_d, 0))
+        o_ptrs = (O + b.to(gl.int64) * so_b + gl.expand_dims(rows_o.to(gl.int64) * so_s
+                                                             + heads_o * D, 1)
+                  + gl.expand_dims(offs_d, 0))
         gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=o_ok)
         if GUARD == 1:
             if O.dtype.element_ty == gl.float16:
@@ -217,14 +224,16 @@ if HAVE_GLUON:
                 gl.atomic_max(FLAG + zero_i, zero_i + 1, mask=bad)
 
     @gluon.jit
-    def _tile_coords(tile, n_m, H, G, BLOCK_M: gl.constexpr):
-        """Row tile ``tile`` (row tiles of one head consecutive): its (batch * H + head, batch,
-        head, KV head, first row)."""
+    def _tile_coords(tile, n_m, H, G, BLOCK_M: gl.constexpr, GP: gl.constexpr = 1):
+        """Row tile ``tile`` (row tiles of one head, or of one group of GP heads, consecutive):
+        its (batch * H + first head, batch, first head, KV head, first position). With GP > 1
+        a tile's rows are BLOCK_M // GP positions of GP query heads of one KV head, head-major
+        (flash.py's GP): each K/V tile loaded serves GP heads."""
         start_m = tile % n_m
-        bh = tile // n_m
-        b = bh // H
-        h = bh - b * H
-        return bh, b, h, h // G, start_m * BLOCK_M
+        bg = tile // n_m
+        b = bg // (H // GP)
+        h = (bg - b * (H // GP)) * GP
+        return b * H + h, b, h, h // G, start_m * (BLOCK_M // GP)
 
     @gluon.jit
     def _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
@@ -232,20 +241,23 @@ if HAVE_GLUON:
                   tok_wait, tok_phase, tok_pred, tok_arrive,
                   D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr):
-        """One row tile (BLOCK_M query rows of one head): loop 1 stages p, loop 2 stores the
+                  GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr,
+                  GP: gl.constexpr):
+        """One row tile (BLOCK_M query rows of one head, or BLOCK_M // GP positions of GP
+        heads): loop 1 stages p, loop 2 stores the
         probabilities and accumulates P @ V. ``u``: loads its warps' K/V ring took before;
         ``nth``: row tiles its warps did before (the q barrier's phase). With WS the loop 1s of
         the two warpgroups take turns (``tok_*``), so one's stores run under the other's
         exponentials. Returns the ring's load count after this tile."""
-        bh, b, h, kvh, m0 = _tile_coords(tile, n_m, H, G, BLOCK_M)
+        bh, b, h, kvh, m0 = _tile_coords(tile, n_m, H, G, BLOCK_M, GP)
+        MR: gl.constexpr = BLOCK_M // GP        # positions per tile
         kv_row = b * S              # rows of the [B*S, heads*D] q/k/V views
         st_layout: gl.constexpr = _st_layout(BLOCK_N, NW)
         row_st: gl.constexpr = gl.SliceLayout(1, st_layout)
         col_st: gl.constexpr = gl.SliceLayout(0, st_layout)
 
         if CAUSAL:
-            hi = gl.minimum(S, m0 + BLOCK_M)    # key tiles past the diagonal are zeros
+            hi = gl.minimum(S, m0 + MR)         # key tiles past the diagonal are zeros
         else:
             hi = S
         n_comp = (hi + BLOCK_N - 1) // BLOCK_N
@@ -253,13 +265,16 @@ if HAVE_GLUON:
         # every warp is done with the previous tile's q, ring slots and staged tiles
         _block_barrier()
         mbarrier.expect(q_bar, BLOCK_M * D * 2)
-        tma.async_copy_global_to_shared(q_desc, [kv_row + m0, h * D], q_bar, q_smem)
+        for i in gl.static_range(GP):           # one box of MR positions per head
+            tma.async_copy_global_to_shared(q_desc, [kv_row + m0, (h + i) * D], q_bar,
+                                            q_smem.slice(i * MR, MR))
         for i in gl.static_range(STAGES - 1):
             _issue(u, i, n_comp, k_desc, v_desc, kv_smem, kv_bar, kv_row, kvh, D, BLOCK_N,
                    STAGES)
         m_i, l_i = _stage_loop(u, n_comp, m0, S, qscale, k_desc, v_desc, q_smem, kv_smem,
                                p_smem, m_smem, kv_bar, kv_row, kvh, q_bar, nth, tok_wait,
-                               tok_phase, tok_pred, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WS, NW)
+                               tok_phase, tok_pred, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WS, NW,
+                               GP)
 
         # the row's log-sum-exp (base 2); a row with l == 0 (wholly masked) gives NaN, as eager
         lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
@@ -271,10 +286,12 @@ if HAVE_GLUON:
         if WS:
             mbarrier.arrive(tok_arrive)
 
-        rows_st = m0 + gl.arange(0, BLOCK_M, layout=row_st)
+        r_st = gl.arange(0, BLOCK_M, layout=row_st)
+        rows_st = m0 + r_st % MR
         cols_st = gl.arange(0, BLOCK_N, layout=col_st)
         row_ok = gl.expand_dims(rows_st < S, 1)
-        p_rows = P + bh.to(gl.int64) * sp_bh + gl.expand_dims(rows_st.to(gl.int64) * sp_s, 1)
+        p_rows = P + gl.expand_dims((bh + r_st // MR).to(gl.int64) * sp_bh
+                                    + rows_st.to(gl.int64) * sp_s, 1)
         # loop 2: the normalized probabilities out, P @ V from the staged tiles
         acc = _store_loop(u, n_comp, lse_st, lse_o, p_rows, row_ok, S, k_desc, v_desc,
                           kv_smem, p_smem, m_smem, kv_bar, kv_row, kvh, D, BLOCK_M, BLOCK_N,
@@ -286,7 +303,7 @@ if HAVE_GLUON:
                 gl.store(p_rows + gl.expand_dims(cols, 0), zeros,
                          mask=row_ok & gl.expand_dims(cols < S, 0),
                          eviction_policy="evict_first")
-        _store_o(acc, O, FLAG, b, h, m0, so_b, so_s, S, D, BLOCK_M, BLOCK_N, GUARD, NW)
+        _store_o(acc, O, FLAG, b, h, m0, so_b, so_s, S, D, BLOCK_M, BLOCK_N, GUARD, NW, GP)
         return u + 2 * n_comp
 
     @gluon.jit
@@ -324,8 +341,8 @@ if HAVE_GLUON:
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                             GUARD: gl.constexpr, num_warps: gl.constexpr,
-                            PDL: gl.constexpr = 0):
-        """One row tile per program (grid: row tiles x B*H)."""
+                            PDL: gl.constexpr = 0, GP: gl.constexpr = 1):
+        """One row tile per program (grid: row tiles x B*H/GP)."""
         _wait_for_predecessor(PDL)
         if GUARD == 1:
             if gl.load(FLAG) != 0:
@@ -337,7 +354,7 @@ if HAVE_GLUON:
         _row_tile(tile, 0, 0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                   H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
                   q_bar, 0, False, q_bar,
-                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps)
+                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps, GP)
         mbarrier.invalidate(q_bar)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(kv_bar.index(i))
@@ -348,7 +365,7 @@ if HAVE_GLUON:
                        kv_bar, tok,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       GUARD: gl.constexpr, NW: gl.constexpr):
+                       GUARD: gl.constexpr, NW: gl.constexpr, GP: gl.constexpr):
         """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
         Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
         k - 1 (token ``tok[1 - role]``) and then passes its own token."""
@@ -362,7 +379,7 @@ if HAVE_GLUON:
             u = _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
                           sp_s, H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar,
                           kv_bar, tok.index(1 - role), other & 1, other >= 0, tok.index(role),
-                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW)
+                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW, GP)
             nth += 1
 
     @gluon.jit
@@ -371,7 +388,8 @@ if HAVE_GLUON:
                               D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                               N_TILES: gl.constexpr, STAGES: gl.constexpr,
                               CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
-                              num_warps: gl.constexpr, PDL: gl.constexpr = 0):
+                              num_warps: gl.constexpr, PDL: gl.constexpr = 0,
+                              GP: gl.constexpr = 1):
         """Persistent programs of two warpgroups, each with its own buffers, taking the
         program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
         while the other computes (FlashAttention-3's ping-pong, with the stores in the place
@@ -388,10 +406,12 @@ if HAVE_GLUON:
         gl.warp_specialize([
             (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0, kvb0, tok,
-                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
+                              GP)),
             (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1, kvb1, tok,
-                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps)),
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
+                              GP)),
         ], [num_warps], [REGS])
 
 
@@ -426,11 +446,13 @@ def supported(q16, k16, v16, seq, head_dim, mask_kind, scale, cfg) -> bool:
             and smem_bytes(seq, head_dim, cfg) <= SMEM_PER_BLOCK)
 
 
-def candidates(q16, k16, v16, seq, head_dim, mask_kind, scale):
-    """The configs of ``CONFIGS`` this block may run, tagged for the tuner."""
+def candidates(q16, k16, v16, seq, head_dim, mask_kind, scale, groups=1):
+    """The configs of ``CONFIGS`` this block may run (those of ``PACKED_CONFIGS`` where
+    ``groups`` query heads share a KV head in fours), tagged for the tuner."""
     if not (HAVE_GLUON and available(q16.device)):
         return []
-    return [("staged",) + c for c in CONFIGS
+    packed = PACKED_CONFIGS if groups % 4 == 0 else []
+    return [("staged",) + c for c in CONFIGS + packed
             if supported(q16, k16, v16, seq, head_dim, mask_kind, scale, c)]
 
 
@@ -440,9 +462,9 @@ def _desc(t2d, block):
 
 
 def descriptors(q16, k16, v16, rows, num_heads, groups, head_dim, block_m, block_n):
-    """The copy engine's descriptors of q [rows, H*D] (blocks of block_m rows) and K, V
-    [rows, Hkv*D] (blocks of block_n rows), each over its row stride; V's is None for v16 None
-    (a kernel that reads no V)."""
+    """The copy engine's descriptors of q [rows, H*D] (blocks of block_m rows: a row tile's
+    positions of one head) and K, V [rows, Hkv*D] (blocks of block_n rows), each over its row
+    stride; V's is None for v16 None (a kernel that reads no V)."""
     kd = (num_heads // groups) * head_dim
     q2 = q16.as_strided((rows, num_heads * head_dim), (q16.stride(0), 1))
     k2 = k16.as_strided((rows, kd), (k16.stride(0), 1))
@@ -463,6 +485,7 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
         cfg = cfg[1:]
     block_m, block_n, num_warps, stages = cfg[:4]
     pingpong = "pp" in cfg
+    gp = heads_per_program(cfg)
     if not supported(q16, k16, v16, seq, head_dim, 0, scale, cfg):
         raise ValueError(f"probs_staged.launch: S={seq}, head_dim={head_dim}, {q16.dtype} not "
                          f"covered by config {cfg}")
@@ -471,20 +494,28 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
                          "contiguous heads")
     if block_m != 16 * num_warps:
         raise ValueError(f"probs_staged.launch: BLOCK_M must be 16 rows per warp ({cfg})")
-    descs = descriptors(q16, k16, v16, batch * seq, num_heads, groups, head_dim, block_m,
+    if groups % gp or block_m % (8 * gp):
+        raise ValueError(f"probs_staged.launch: {gp} heads per row tile need {gp} | groups "
+                         f"({groups}) and 8 * {gp} | BLOCK_M ({cfg})")
+    descs = descriptors(q16, k16, v16, batch * seq, num_heads, groups, head_dim, block_m // gp,
                         block_n)
     args = (out, probs, flag if guard else out, out.stride(0), out.stride(1), probs.stride(1),
             probs.stride(2), num_heads, groups, seq, float(scale) * LOG2E)
-    n_m = cdiv(seq, block_m)
+    n_m = cdiv(seq, block_m // gp)
     meta = dict(D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=cdiv(seq, block_n),
                 STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps,
-                **pdl.launch_options(out.device))
+                **pdl.launch_options(out.device), **({"GP": gp} if gp > 1 else {}))
     if pingpong:
-        n_tiles = n_m * batch * num_heads
+        n_tiles = n_m * batch * (num_heads // gp)
         grid = (min(n_tiles, _sm_count(q16.device)),)
         probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=PINGPONG_REGS, **meta)
     else:
-        probs_staged_kernel[(n_m, batch * num_heads)](*descs, *args, **meta)
+        probs_staged_kernel[(n_m, batch * (num_heads // gp))](*descs, *args, **meta)
+
+
+def heads_per_program(cfg) -> int:
+    """GP from a config's "gp<N>" flag (query heads of one KV head per row tile); 1 without."""
+    return next((int(f[2:]) for f in cfg[4:] if isinstance(f, str) and f.startswith("gp")), 1)
 
 
 @functools.lru_cache(maxsize=None)

@@ -135,7 +135,7 @@ def rolling_rows(cfg) -> int:
     return next((int(f[4:]) for f in cfg[4:] if isinstance(f, str) and f.startswith("roll")), 0)
 
 
-def _staged_candidates(f16, s, d, mask_kind, scale):
+def _staged_candidates(f16, s, d, mask_kind, scale, groups=1):
     """kernels/probs_staged.py's one-launch probabilities (Gluon, Hopper) for the fp16 copies,
     measured against flash.py's pair and MODE 3: on the H200 it wins at S in 256..512 (512x16:
     128 -> 110 us for the attention, 449x16 147 -> 119, 373x8 54 -> 40).
@@ -144,7 +144,7 @@ def _staged_candidates(f16, s, d, mask_kind, scale):
             or tuning.interpreting()):
         return []
     q16, k16, v16, _ = f16
-    return probs_staged.candidates(q16, k16, v16, s, d, mask_kind, scale)
+    return probs_staged.candidates(q16, k16, v16, s, d, mask_kind, scale, groups)
 
 
 def _overlap_candidates(f16, d, mask_kind, scale):
@@ -286,7 +286,7 @@ def attention(q, k, v, mask, spec: BlockSpec, b, s, scale_value: float, v_kmajor
             run(3, c, probs)
 
     singles = _single_pass_candidates(s, f16_cfgs, spec.groups)
-    staged = _staged_candidates(f16, s, d, mk, scale)
+    staged = _staged_candidates(f16, s, d, mk, scale, spec.groups)
     rolling = _rolling_candidates(f16, s, spec.causal, mk, spec.groups)
     if singles or staged or rolling:
         one(tuning.pick(base_key + (3,), singles + ["two-pass"] + staged + rolling, one))

@@ -283,16 +283,17 @@ def staged_jobs():
         return []
     jobs = []
     d = 64
-    for cfg in probs_staged.CONFIGS:
+    for cfg in probs_staged.CONFIGS + probs_staged.PACKED_CONFIGS:
         bm, bn, nw, stages = cfg[:4]
         pp = "pp" in cfg
+        gp = probs_staged.heads_per_program(cfg)
         for seq, causal in ((512, False), (449, False), (373, True)):
             if probs_staged.smem_bytes(seq, d, cfg) > SMEM_PER_BLOCK:
                 continue
-            types = dict(_fp16_descs(d, q_desc=bm, k_desc=bn, v_desc=bn), O="*fp16",
+            types = dict(_fp16_descs(d, q_desc=bm // gp, k_desc=bn, v_desc=bn), O="*fp16",
                          P="*fp32", FLAG="*i32", qscale="fp32")
             consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=-(-seq // bn), STAGES=stages,
-                          CAUSAL=causal, GUARD=1, num_warps=nw)
+                          CAUSAL=causal, GUARD=1, num_warps=nw, **({"GP": gp} if gp > 1 else {}))
             if pp:
                 consts["REGS"] = probs_staged.PINGPONG_REGS
             kernel = "probs_pingpong_kernel" if pp else "probs_staged_kernel"
