@@ -72,9 +72,10 @@ SMEM_PER_BLOCK = 232448     # bytes of shared memory one H100/H200 block may use
 # fastest at S in 256..512, the one-tile programs at B*H*S small)
 CONFIGS = [(64, 128, 4, 2), (64, 128, 4, 2, "pp"), (64, 64, 4, 3, "pp")]
 # "gp4": each row tile holds 16 positions of 4 query heads of one KV head, so a K/V tile the copy
-# engine brings serves four heads (flash.py's GP; in the pair's probabilities pass it took
-# 512x16 from 102 to 95 us)
-PACKED_CONFIGS = [c + ("gp4",) for c in CONFIGS]
+# engine brings serves four heads (flash.py's GP). H200 (probs_staged_bench.py, results bitwise
+# equal): the 128-key ping-pong 449x16 118.8 -> 109.9 us, 373x8 40.0 -> 38.6, 512x16 108.8 ->
+# 106.1, 512x8 and 512x4 unchanged; the 64-key ping-pong gained nowhere
+PACKED_CONFIGS = [(64, 128, 4, 2, "gp4"), (64, 128, 4, 2, "pp", "gp4")]
 PINGPONG_REGS = 168         # registers per thread of the second warpgroup
 
 

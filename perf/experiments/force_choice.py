@@ -6,7 +6,8 @@ to check a kernel on the GPU where measurement alone would not pick it.
 
 A candidate is taken when it is a tuple whose first item is the tag (e.g. ("overlap", 64, 128,
 4, 2)) or one of whose flags equals it (e.g. "roll2" for (64, 64, 4, 3, "roll2", "gp4")); the
-first such candidate of each choice is used, the others are timed as usual.
+first such candidate of each choice is used, the others are timed as usual. Tags joined by "+"
+must all match (``--tag staged+pp+gp4``: the packed ping-pong, not the packed flash.py configs).
 """
 import argparse
 import runpy
@@ -22,10 +23,15 @@ def main():
     a, rest = ap.parse_known_args()
     pick = tuning.pick
     forced = set()
+    tags = a.tag.split("+")
+
+    def matches(c):
+        return (isinstance(c, tuple) and c
+                and all(t == c[0] or t in c[4:] for t in tags))
 
     def forced_pick(key, candidates, run):
         for c in candidates:
-            if isinstance(c, tuple) and c and (c[0] == a.tag or a.tag in c[4:]):
+            if matches(c):
                 if key not in forced:
                     forced.add(key)
                     print(f"force_choice: {c} for {key}", flush=True)

@@ -67,6 +67,16 @@ def test_launch_rejects_what_it_cannot_write():
     with pytest.raises(ValueError, match="16 rows per warp"):
         probs_staged.launch(q, k, v, out, probs, flag, 1, 512, 16, 4, 64, 1.0, False,
                             (64, 128, 8, 2))
+    # four heads per row tile need four query heads per KV head
+    with pytest.raises(ValueError, match="heads per row tile"):
+        probs_staged.launch(q, k, v, out, probs, flag, 1, 512, 16, 2, 64, 1.0, False,
+                            (64, 128, 4, 2, "pp", "gp4"))
+
+
+def test_packed_configs_name_their_heads():
+    assert probs_staged.heads_per_program((64, 128, 4, 2)) == 1
+    assert probs_staged.heads_per_program(("staged", 64, 128, 4, 2, "pp", "gp4")[1:]) == 4
+    assert all(probs_staged.heads_per_program(c) == 4 for c in probs_staged.PACKED_CONFIGS)
 
 
 @pytest.mark.parametrize("major, ok", [(8, False), (9, True), (10, False)])
