@@ -12,6 +12,12 @@ stages and four programs per SM take 4096x1 from ~307 to ~285-295 us and 2048x1 
 equal to the 3-stage config's (the same tiles and arithmetic).
 
     PYTHONPATH=$PWD python perf/experiments/probs_occupancy_bench.py [--cases ...] [--out F]
+
+PIPELINE with the 128-row packed configs (prediction written before the run): PIPELINE took
+the 64-row packed config from 103 to 85 us at 2048x1 and 54 to 46 at 1024x2 (and lost at
+4096x1); if it helps the 128-row packed configs alike, 2048x1 ~77 -> 70-74 us, 1024x2 ~41 ->
+38-40, 4096x1 unchanged. Run: --configs '[(128,64,8,4,"gp4"), (128,64,8,4,"pipeline","gp4"),
+(128,64,8,3,"gp4"), (128,64,8,3,"pipeline","gp4")]'
 """
 import argparse
 import os
@@ -72,7 +78,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="4096x1,2048x1,1024x2,512x16,449x16")
     ap.add_argument("--out", default="")
+    ap.add_argument("--configs", default="", help="others: a Python list of tuples, the first "
+                    "the base the others with its tile shape are compared to bitwise")
     a = ap.parse_args()
+    if a.configs:
+        global BASE
+        CONFIGS[:] = [tuple(c) for c in eval(a.configs)]
+        BASE = CONFIGS[0]
     run_cases(bench, a.cases, a.out)
 
 
