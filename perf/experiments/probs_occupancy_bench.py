@@ -18,6 +18,9 @@ the 64-row packed config from 103 to 85 us at 2048x1 and 54 to 46 at 1024x2 (and
 4096x1); if it helps the 128-row packed configs alike, 2048x1 ~77 -> 70-74 us, 1024x2 ~41 ->
 38-40, 4096x1 unchanged. Run: --configs '[(128,64,8,4,"gp4"), (128,64,8,4,"pipeline","gp4"),
 (128,64,8,3,"gp4"), (128,64,8,3,"pipeline","gp4")]'
+Outcome (runs/profiles/probs_pipeline_packed128_d8378c5.json, bitwise equal): PIPELINE slows
+the 128-row packed configs everywhere, 2048x1 77.0 -> 85.0 us, 1024x2 41.0 -> 45.7, 4096x1
+298.9 -> 327.6. Not candidates.
 """
 import argparse
 import os
