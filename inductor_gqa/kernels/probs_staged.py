@@ -33,8 +33,12 @@ So these kernels need finite operands: the copies' range rule (qk_epilogue._stor
 the flag for any non-finite value, and with it set the GUARD 1 launch exits and the float32
 fallback, which loads through masks, keeps each batch's values to itself (zeroing the V rows
 here instead cost 119 -> 126 us at 449x16; docs note 39). Outputs as flash.py's MODE 3 with
-GUARD 0 or 1 (GP 1): probabilities [B, H, S, S], o [B, S, H*D] (strided), an fp16 o raising
-FLAG by flash.py's range rule.
+GUARD 0 or 1: probabilities [B, H, S, S], o [B, S, H*D] (strided), an fp16 o raising FLAG by
+flash.py's range rule.
+
+GP ("gp4" configs, docs note 43): a row tile holds BLOCK_M // GP positions of GP query heads of
+one KV head (q arrives as GP copy-engine boxes), so each K/V tile serves GP heads; every row is
+computed exactly as with one head per tile.
 
 The Triton CPU interpreter does not run Gluon: these kernels are checked on the GPU
 (perf/experiments/probs_staged_bench.py, the perf job's checks) and compiled for sm_90 on the
