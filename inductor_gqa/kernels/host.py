@@ -1,4 +1,4 @@
-"""Integer helpers for the launchers' host code.
+"""Integer helpers for the launchers' host code, and the config flag they share.
 
 ``triton.cdiv`` and ``triton.next_power_of_2`` are Triton constexpr functions: called from Python
 they pass through a wrapper that unwraps every argument (about 2-3 us a call on a 2-core CPU,
@@ -13,3 +13,9 @@ def cdiv(a: int, b: int) -> int:
 def next_pow2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1)."""
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def heads_per_program(cfg) -> int:
+    """GP from a config's "gp<N>" flag (N query heads of one KV head per row tile: flash.py's
+    and probs_staged.py's packed configs); 1 without it."""
+    return next((int(f[2:]) for f in cfg[4:] if isinstance(f, str) and f.startswith("gp")), 1)

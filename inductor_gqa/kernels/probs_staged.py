@@ -52,7 +52,7 @@ import functools
 import torch
 
 from . import pdl
-from .host import cdiv
+from .host import cdiv, heads_per_program
 from .qk_epilogue import FP16_MIN_NORMAL
 
 try:
@@ -249,8 +249,7 @@ if HAVE_GLUON:
                   GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr,
                   GP: gl.constexpr):
         """One row tile (BLOCK_M query rows of one head, or BLOCK_M // GP positions of GP
-        heads): loop 1 stages p, loop 2 stores the
-        probabilities and accumulates P @ V. ``u``: loads its warps' K/V ring took before;
+        heads): loop 1 stages p, loop 2 stores the probabilities and accumulates P @ V. ``u``: loads its warps' K/V ring took before;
         ``nth``: row tiles its warps did before (the q barrier's phase). With WS the loop 1s of
         the two warpgroups take turns (``tok_*``), so one's stores run under the other's
         exponentials. Returns the ring's load count after this tile."""
@@ -516,11 +515,6 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
         probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=PINGPONG_REGS, **meta)
     else:
         probs_staged_kernel[(n_m, batch * (num_heads // gp))](*descs, *args, **meta)
-
-
-def heads_per_program(cfg) -> int:
-    """GP from a config's "gp<N>" flag (query heads of one KV head per row tile); 1 without."""
-    return next((int(f[2:]) for f in cfg[4:] if isinstance(f, str) and f.startswith("gp")), 1)
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels import flash, probs_staged, stats_overlap, tuning
+from ..kernels.host import heads_per_program
 from ..plan.spec import BlockSpec
 
 
@@ -56,12 +57,6 @@ def _packed(cfgs, f16, groups, gp=4):
     if not f16 or groups % gp or tuning.interpreting():
         return []
     return [c + (f"gp{gp}",) for c in cfgs if c[0] % gp == 0]
-
-
-def heads_per_program(cfg) -> int:
-    """flash.py's GP from a config's flags: "gp4" packs 4 query heads of one KV head into each
-    program's row tile; 1 without the flag."""
-    return next((int(f[2:]) for f in cfg[4:] if isinstance(f, str) and f.startswith("gp")), 1)
 
 
 def _attention_configs(dtype, d, mode, f16=False):
