@@ -183,16 +183,13 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
     # 2. norm + rope in place (+ the fp16 copies of q, k, v, and of Wo for an fp16 o_proj)
     copies = fp16_copies(q, k, v) if f16 else None
     o16 = fp16_o_proj(t, spec, x) if f16 else None
-    wo_mode = fp16_plans.wo16_mode(o16)
-    wo16_ready = fp16_plans.fork_wo16(o16, copies[3], d) if wo_mode == 1 else None
+    flag = copies[3] if f16 else None
+    wo_mode, wo_arg, wo16_ready = fp16_plans.wo16_before_epilogue(o16, flag, d)
     if spec.norm != "none" or spec.rope != "none" or f16:
         qk_norm_rope_(q, k, t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d,
                       spec.norm, eps_value, spec.rope, spec.rotary_dim, eps_k=eps_k_value,
-                      v=v, copies=copies[:3] if f16 else None,
-                      flag=copies[3] if f16 else None,
-                      wo=o16[1:] if o16 and not wo_mode else None)
-    if wo_mode == 2:
-        wo16_ready = fp16_plans.fork_wo16(o16, copies[3], d)
+                      v=v, copies=copies[:3] if f16 else None, flag=flag, wo=wo_arg)
+    wo16_ready = fp16_plans.wo16_after_epilogue(wo_mode, o16, flag, d, wo16_ready)
     # 3. attention -> o [B, S, H*D]
     pending = []        # the guarded fallbacks, run by o_proj before it reads the float32 o
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, v_kmajor, f16=copies,

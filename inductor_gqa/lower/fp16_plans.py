@@ -173,6 +173,20 @@ def fork_wo16(o16, flag, head_dim):
     return ready
 
 
+def wo16_before_epilogue(o16, flag, head_dim):
+    """o_proj's fp16 weight copy as ``wo16_mode`` places it, up to the norm/RoPE launch:
+    (mode, that launch's ``wo`` argument, the event o_proj waits for or None). Mode 1 forks the
+    copy here; pass the result to ``wo16_after_epilogue`` once the norm/RoPE launch is issued."""
+    mode = wo16_mode(o16)
+    ready = fork_wo16(o16, flag, head_dim) if mode == 1 else None
+    return mode, (o16[1:] if o16 and not mode else None), ready
+
+
+def wo16_after_epilogue(mode, o16, flag, head_dim, ready):
+    """The event o_proj waits for: mode 2 forks the copy here, after the norm/RoPE launch."""
+    return fork_wo16(o16, flag, head_dim) if mode == 2 else ready
+
+
 def _o_proj16(o, o16, wo, wo16, flag, pending=(), wo16_ready=None):
     """The fp16 o_proj, then its guarded float32 twin. The attention's guarded fallbacks
     (``pending``) read only the flag unless it is raised, and nothing of the fp16 GEMM's: while a
@@ -230,8 +244,7 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
                                                          table, target)
     q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
     o16 = fp16_o_proj(t, spec, x)
-    wo_mode = wo16_mode(o16)
-    wo16_ready = fork_wo16(o16, flag, d) if wo_mode == 1 else None
+    wo_mode, wo_arg, wo16_ready = wo16_before_epilogue(o16, flag, d)
     # scaled products [B*S, Nq+Nk+Nv] (float32, or fp16 with out16): q, k, v are its column
     # slices; the epilogue multiplies by x_inv (per token) and w_inv (per feature)
     qkv = (_mm16_out16 if out16 else _mm16)(x16, w16.t())
@@ -241,10 +254,8 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     tail = (t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
             eps_value, spec.rope, spec.rotary_dim)
     qk_norm_rope_(q, k, *tail, eps_k=eps_k_value, v=v, copies=copies[:3], flag=copies[3],
-                  scales=scales, store32=False, wo=o16[1:] if o16 and not wo_mode else None,
-                  in16=out16)
-    if wo_mode == 2:
-        wo16_ready = fork_wo16(o16, flag, d)
+                  scales=scales, store32=False, wo=wo_arg, in16=out16)
+    wo16_ready = wo16_after_epilogue(wo_mode, o16, flag, d, wo16_ready)
     if out16:
         # the float32 fallback's own scaled products (written only if the flag is raised)
         qkv32 = torch.empty(qkv.shape, device=x.device, dtype=torch.float32)
