@@ -115,13 +115,19 @@ def _load_cols(base, cols, m2, feat0, tok_inv, feat_inv_ptr, SCALED: tl.constexp
 @triton.jit
 def _weighted(x, rs, w, DT: tl.constexpr, NORM: tl.constexpr):
     """The normalized row times its weight, in the eager order of each norm style."""
-    x = x * rs[:, None]
+    return _weighted_b(x, rs[:, None], w[None, :], DT, NORM)
+
+
+@triton.jit
+def _weighted_b(x, rs, w, DT: tl.constexpr, NORM: tl.constexpr):
+    """``_weighted`` with ``rs`` and ``w`` already broadcastable to x (any rank)."""
+    x = x * rs
     if NORM == 1:
-        x = _round(x * w[None, :], DT)
+        x = _round(x * w, DT)
     elif NORM == 2:
-        x = _round(_round(x, DT) * w[None, :], DT)
+        x = _round(_round(x, DT) * w, DT)
     else:
-        x = _round(x * (1.0 + w[None, :]), DT)
+        x = _round(x * (1.0 + w), DT)
     return x
 
 
@@ -348,6 +354,88 @@ def _program(pid, q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, 
 
 
 @triton.jit
+def _tokens(x_ptr, w_ptr, n_tok, H, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr,
+            flag_ptr, tok_inv_ptr, feat_inv_ptr, ld, D: tl.constexpr, HP: tl.constexpr,
+            T: tl.constexpr, NORM: tl.constexpr, ROPE: tl.constexpr, IN16: tl.constexpr):
+    """The token-major form of ``_rows_halves`` for the fp16 copies of scaled GEMM outputs: one
+    program takes T tokens x all H heads as a [T, HP, D/2] tile per half, so the feature scales
+    (and the norm weight) are loaded once per program and cos/sin once per token, where the
+    head-row form loads them per head row. Same values, same roundings, same range rule."""
+    HALF: tl.constexpr = D // 2
+    t = pid * T + tl.arange(0, T)
+    h = tl.arange(0, HP)
+    c = tl.arange(0, HALF)
+    tmask = t < n_tok
+    hmask = h < H
+    m3 = tmask[:, None, None] & hmask[None, :, None] & (c < HALF)[None, None, :]
+    DT: tl.constexpr = tl.float32 if IN16 else x_ptr.dtype.element_ty
+    base = x_ptr + (t.to(tl.int64) * ld)[:, None, None] + (h * D)[None, :, None]
+    fo = (h * D)[:, None] + c[None, :]
+    f1 = tl.load(feat_inv_ptr + fo, mask=hmask[:, None], other=1.0)          # [HP, HALF]
+    f2 = tl.load(feat_inv_ptr + fo + HALF, mask=hmask[:, None], other=1.0)
+    tok_inv = tl.load(tok_inv_ptr + t, mask=tmask, other=1.0)
+    x1 = tl.load(base + c[None, None, :], mask=m3, other=0.0).to(tl.float32)
+    x2 = tl.load(base + (c + HALF)[None, None, :], mask=m3, other=0.0).to(tl.float32)
+    x1 = x1 * tok_inv[:, None, None] * f1[None, :, :]
+    x2 = x2 * tok_inv[:, None, None] * f2[None, :, :]
+    if IN16:    # _check_scaled16's rule over the whole head row
+        amax = tl.maximum(tl.max(tl.abs(x1), 2), tl.max(tl.abs(x2), 2))        # [T, HP]
+        fmax = tl.where(hmask, tl.maximum(tl.max(f1, 1), tl.max(f2, 1)), 0.0)
+        bad = (amax > 0.0) & (amax < tok_inv[:, None] * fmax[None, :] * FP16_MIN_NORMAL)
+        tl.atomic_max(flag_ptr + tl.zeros_like(amax).to(tl.int32), 1, mask=bad)
+    if NORM != 0:
+        ms = (tl.sum(x1 * x1, axis=2) + tl.sum(x2 * x2, axis=2)) / D
+        rs = (1.0 / tl.sqrt(ms + eps))[:, :, None]
+        x1 = _weighted_b(x1, rs, tl.load(w_ptr + c).to(tl.float32)[None, None, :], DT, NORM)
+        x2 = _weighted_b(x2, rs, tl.load(w_ptr + c + HALF).to(tl.float32)[None, None, :], DT,
+                         NORM)
+    if ROPE != 0:
+        bi = t // S
+        cso = (bi.to(tl.int64) * cs_b + (t - bi * S) * cs_s)[:, None]
+        cm = tmask[:, None]
+        c1 = tl.load(cos_ptr + cso + c[None, :] * cs_d, mask=cm, other=1.0).to(tl.float32)
+        s1 = tl.load(sin_ptr + cso + c[None, :] * cs_d, mask=cm, other=0.0).to(tl.float32)
+        c2 = tl.load(cos_ptr + cso + (c + HALF)[None, :] * cs_d, mask=cm, other=1.0)
+        s2 = tl.load(sin_ptr + cso + (c + HALF)[None, :] * cs_d, mask=cm, other=0.0)
+        y1 = x1 * c1[:, None, :] + (-x2) * s1[:, None, :]
+        x2 = x2 * c2.to(tl.float32)[:, None, :] + x1 * s2.to(tl.float32)[:, None, :]
+        x1 = y1
+    offs = ((t.to(tl.int64) * H)[:, None, None] + h[None, :, None]) * D + c[None, None, :]
+    _store16_pair(x16_ptr, offs, offs + HALF, x1, x2, m3, flag_ptr)
+
+
+@triton.jit
+def qk_tokens_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, n_tok, HQ, HK, S, eps, eps_k,
+                     cos_ptr, sin_ptr, cs_b, cs_s, cs_d, q16_ptr, k16_ptr, v_ptr, v16_ptr,
+                     flag_ptr, tok_inv_ptr, qf_inv_ptr, kf_inv_ptr, vf_inv_ptr, ld,
+                     wo_ptr, wo16_ptr, wo_rows, nq, nk, nv,
+                     D: tl.constexpr, HQP: tl.constexpr, HKP: tl.constexpr,
+                     TQ: tl.constexpr, TK: tl.constexpr, NORM: tl.constexpr,
+                     ROPE: tl.constexpr, WO: tl.constexpr, WO_ROWS: tl.constexpr,
+                     PDL: tl.constexpr = 0, IN16: tl.constexpr = False):
+    """``qk_norm_rope_kernel``'s fp16-copies launch in token-major programs (``_tokens``): nq
+    programs of TQ tokens for q, nk and nv of TK tokens for k and V, then o_proj's weight in
+    the head-row programs of the other form (WO_ROWS rows each)."""
+    pdl.wait_for_predecessor(PDL)
+    pid = tl.program_id(0)
+    if pid < nq:
+        _tokens(q_ptr, qw_ptr, n_tok, HQ, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
+                q16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, ld, D, HQP, TQ, NORM, ROPE, IN16)
+    elif pid < nq + nk:
+        _tokens(k_ptr, kw_ptr, n_tok, HK, S, pid - nq, eps_k, cos_ptr, sin_ptr, cs_b, cs_s,
+                cs_d, k16_ptr, flag_ptr, tok_inv_ptr, kf_inv_ptr, ld, D, HKP, TK, NORM, ROPE,
+                IN16)
+    elif pid < nq + nk + nv:
+        _tokens(v_ptr, kw_ptr, n_tok, HK, S, pid - nq - nk, eps_k, cos_ptr, sin_ptr, cs_b,
+                cs_s, cs_d, v16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, ld, D, HKP, TK, 0, 0,
+                IN16)
+    elif WO:
+        _rows(wo_ptr, kw_ptr, wo_rows, 1, S, pid - nq - nk - nv, eps_k, cos_ptr, sin_ptr, cs_b,
+              cs_s, cs_d, wo16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, D, D, D, WO_ROWS,
+              0, 0, 0, 1, 0, 0, 0)
+
+
+@triton.jit
 def wo16_kernel(w_ptr, w16_ptr, flag_ptr, n_rows, D: tl.constexpr, BLOCK_D: tl.constexpr,
                 ROWS: tl.constexpr, PDL: tl.constexpr = 0):
     """The epilogue launch's Wo programs alone (``wo16_``)."""
@@ -374,6 +462,11 @@ def wo16_(w32, w16, flag, head_dim):
                                        **pdl.launch_options(w32.device))
 
 
+# (tokens per q program, warps) of the token-major form: the launch's candidates, timed against
+# the head-row form per shape bucket (fp16_plans)
+TOKEN_CONFIGS = ((2, 4), (4, 4), (4, 8), (8, 8))
+
+
 def default_rows(block_d):
     """Rows per program. From epilogue_bench on the H200 at W075 sizes (head_dim 64): 16 rows
     are 3-6% faster than 32 since rows are loaded as halves (runs/profiles/
@@ -393,7 +486,7 @@ def default_warps(block_d, in16):
 def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_heads,
                   num_kv_heads, head_dim, norm, eps, rope, rotary_dim, eps_k=None, v=None,
                   copies=None, flag=None, scales=None, store32=None, guard=0, wo=None,
-                  rows=None, num_warps=None, programs=None, in16=False):
+                  rows=None, num_warps=None, programs=None, in16=False, tokens=None):
     """In place on q [B*S, H*D] and k [B*S, Hkv*D] (contiguous). cos/sin: [B, S, R]-broadcast
     views (None without RoPE). ``copies``: (q16, k16, v16) to also write fp16 copies of the
     float32 q, k (after norm and RoPE) and ``v`` [B*S, Hkv*D]; ``flag`` (int32, zeroed by the
@@ -406,7 +499,10 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     same launch, with ``copies``. q, k (and v) are contiguous, or all three column slices of one
     [B*S, ld] matrix (a fused QKV product): rows ``ld`` apart. ``in16``: q, k, v are the scaled
     fp16 outputs of such a product (with ``scales`` and ``copies``, ``store32=False``): range-
-    checked by ``_check_scaled16``, the norm rounding to float32."""
+    checked by ``_check_scaled16``, the norm rounding to float32. ``tokens``: (tokens per q
+    program, warps) to run the fp16-copies launch in token-major programs (``_tokens``; only
+    with ``scales``, ``store32=False``, no guard, and no or rotate-half RoPE over the whole
+    power-of-two head)."""
     d = head_dim
     q_rows = batch * seq * num_heads
     k_rows = batch * seq * num_kv_heads
@@ -458,6 +554,28 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         wo_rows = w32.numel() // d
     else:
         w32 = w16 = dummy
+    if tokens is not None:
+        if not (f16 and scales is not None and not store32 and not guard
+                and rope in ("none", "half") and (rope == "none" or rotary_dim == d)
+                and d == block_d and d >= 2):
+            raise ValueError("qk_norm_rope_: token-major programs make only the fp16 copies of "
+                             "scaled products, with no or rotate-half RoPE over a power-of-two "
+                             "head")
+        tq, warps = tokens
+        n_tok = batch * seq
+        hqp, hkp = next_pow2(num_heads), next_pow2(num_kv_heads)
+        tk = tq * max(1, hqp // hkp)        # k and V programs as large as q's
+        nq, nk = cdiv(n_tok, tq), cdiv(n_tok, tk)
+        grid = (nq + 2 * nk + cdiv(wo_rows, rows),)
+        qk_tokens_kernel[grid](
+            q, k, q_norm_weight if norm != "none" else dummy,
+            k_norm_weight if norm != "none" else dummy, n_tok, num_heads, num_kv_heads, seq,
+            float(eps), float(eps if eps_k is None else eps_k), cos, sin, *cs, q16, k16, v, v16,
+            flag, *sc, ld, w32, w16, wo_rows, nq, nk, nk,
+            D=d, HQP=hqp, HKP=hkp, TQ=tq, TK=tk, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
+            WO=wo is not None, WO_ROWS=rows, num_warps=warps, IN16=bool(in16),
+            **pdl.launch_options(q.device))
+        return
     nq = cdiv(q_rows, rows)
     nk = cdiv(k_rows, rows)
     nv = nk if f16 or store_v32 else 0

@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from ..kernels import fp16_rows, tuning
+from ..kernels import fp16_rows, qk_epilogue, tuning
 from ..kernels import linear as linear_kernels
 from ..kernels.qk_epilogue import qk_norm_rope_, wo16_
 from .attention import attention
@@ -253,8 +253,11 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     scales = (x_inv, q_inv, k_inv, v_inv)
     tail = (t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
             eps_value, spec.rope, spec.rotary_dim)
-    qk_norm_rope_(q, k, *tail, eps_k=eps_k_value, v=v, copies=copies[:3], flag=copies[3],
-                  scales=scales, store32=False, wo=wo_arg, in16=out16)
+    copies_kw = dict(eps_k=eps_k_value, v=v, copies=copies[:3], flag=copies[3], scales=scales,
+                     store32=False, wo=wo_arg, in16=out16)
+    tokens = _epilogue_form(spec, b * s, out16, wo_arg,
+                            lambda c: qk_norm_rope_(q, k, *tail, tokens=c, **copies_kw))
+    qk_norm_rope_(q, k, *tail, tokens=tokens, **copies_kw)
     wo16_ready = wo16_after_epilogue(wo_mode, o16, flag, d, wo16_ready)
     if out16:
         # the float32 fallback's own scaled products (written only if the flag is raised)
@@ -274,6 +277,22 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
                          out16=o16[0] if o16 else None, before_fallback=finish_fp32,
                          deferred=pending)
     return o_proj(t, spec, o, probs, prec, o16, copies, pending, wo16_ready)
+
+
+def _epilogue_form(spec, n_tok, out16, wo_arg, run):
+    """The copies launch's programs: token-major (a ``qk_epilogue.TOKEN_CONFIGS`` entry) or
+    head rows (None), timed per bucket of token count. Token-major programs load the feature
+    scales once per program and cos/sin once per token instead of per head row
+    (``qk_epilogue._tokens``); they cover no or rotate-half RoPE over the whole power-of-two head.
+    INDUCTOR_GQA_TOKEN_EPILOGUE=0 keeps the head-row form."""
+    d = spec.head_dim
+    if (os.environ.get("INDUCTOR_GQA_TOKEN_EPILOGUE", "1") == "0" or d & (d - 1) or d < 2
+            or spec.rope not in ("none", "half")
+            or (spec.rope == "half" and spec.rotary_dim != d)):
+        return None
+    key = ("copies epilogue", tuning.bucket(n_tok), spec.num_heads, spec.num_kv_heads, d,
+           spec.norm, spec.rope, out16, wo_arg is not None)
+    return tuning.pick(key, list(qk_epilogue.TOKEN_CONFIGS) + [None], run)
 
 
 def _scaled_fp16_operands(x, ws, flag, table=None, target=fp16_rows.TARGET_EXP):

@@ -4,6 +4,16 @@ outputs (``qk_norm_rope_(in16=True)``, with Wo's copy). CUDA-graph replay, media
 variant's outputs are compared bitwise with the default's.
 
     PYTHONPATH=$PWD python perf/experiments/epilogue16_bench.py [--cases 512x16,4096x1] [--out F]
+        [--tokens] [--no-wo]
+
+``--tokens``: the head-row default against the token-major programs (``tokens=``, each of
+qk_epilogue.TOKEN_CONFIGS) only, no scale_rows; ``--no-wo``: without Wo's copy, as the launch
+runs while a CUDA graph is captured (fp16_plans.wo16_mode 2).
+Prediction for ``--tokens`` (second round, main after ae04131): the head-row form loads per
+head row the feature scales, cos and sin (three to five L1/L2 loads per element moved) and runs
+12,288 two-warp programs at 512x16; T tokens x all heads per program load the scales once per
+program and cos/sin once per token. Expected 3.2-3.8 TB/s against 2.1-2.4 now: 512x16 ~23 ->
+14-16 us, 449x16 ~20 -> 12-14, 4096x1 ~11.5 -> 7-8, bitwise the same copies.
 
 Prediction (profile of db4f1dd, runs/30fbe73/db4f1dd/profile_f16proj16.txt): at 512x16 the
 norm/RoPE launch takes ~25 us for ~60 MB (2.4 TB/s) and scale_rows 17.5 us for ~60 MB
@@ -26,6 +36,7 @@ from inductor_gqa.lower.fp16_plans import _mm16_out16
 DEV = os.environ.get("BENCH_DEVICE", "cuda")     # "cpu" with TRITON_INTERPRET=1: a smoke run
 CASES = [(512, 16), (449, 16), (4096, 1), (2048, 1), (1024, 2), (512, 8), (131, 1)]
 H, HK, D, E = 16, 4, 64, 1024
+WITH_WO = True
 EPILOGUE = [dict(rows=r, num_warps=w) for r in (16, 32, 64) for w in (2, 4, 8)]
 SCALE = [dict(rows=r, num_warps=w) for r in (2, 4, 8) for w in (4, 8)] + [dict(rows=1,
                                                                                 num_warps=4)]
@@ -66,9 +77,10 @@ def setup(s, b, g):
     def epilogue(**kw):
         qk_epilogue.qk_norm_rope_(q, k, None, None, cos, sin, b, s, H, HK, D, "none", 1e-6,
                                   "half", D, v=v, copies=copies, flag=flag, scales=scales,
-                                  store32=False, wo=(wo, wo16), in16=True, **kw)
+                                  store32=False, wo=(wo, wo16) if WITH_WO else None,
+                                  in16=True, **kw)
 
-    moved_epi = qkv.numel() * 4 + wo.numel() * 6 + cos.numel() * 8
+    moved_epi = qkv.numel() * 4 + wo.numel() * 6 * WITH_WO + cos.numel() * 8
     moved_scale = (x.numel() + w16.numel()) * 6
     return dict(scale=scale, epilogue=epilogue, x16=x16, w16=w16, copies=copies, wo16=wo16,
                 flag=flag, moved_epi=moved_epi, moved_scale=moved_scale)
@@ -93,21 +105,28 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--cases", default=",".join(f"{s}x{b}" for s, b in CASES))
     p.add_argument("--out", default="")
+    p.add_argument("--tokens", action="store_true")
+    p.add_argument("--no-wo", action="store_true")
     args = p.parse_args()
+    global WITH_WO
+    WITH_WO = not args.no_wo
     g = torch.Generator(device=DEV).manual_seed(0)
     report = []
     for case in args.cases.split(","):
         s, b = (int(v) for v in case.split("x"))
         a = setup(s, b, g)
         # the default launch first: the reference every variant must match bitwise
-        epi = sweep("epilogue", a["epilogue"], [{}] + EPILOGUE,
-                    list(a["copies"]) + [a["wo16"]], a["moved_epi"])
-        sc = sweep("scale_rows", a["scale"], [{}] + SCALE, [a["x16"], a["w16"]],
-                   a["moved_scale"])
+        variants = ([dict(tokens=t) for t in qk_epilogue.TOKEN_CONFIGS] if args.tokens
+                    else EPILOGUE)
+        epi = sweep("epilogue", a["epilogue"], [{}] + variants,
+                    list(a["copies"]) + ([a["wo16"]] if WITH_WO else []), a["moved_epi"])
+        sc = [] if args.tokens else sweep("scale_rows", a["scale"], [{}] + SCALE,
+                                          [a["x16"], a["w16"]], a["moved_scale"])
         assert a["flag"].item() == 0
         for r in epi + sc:
             r["case"] = case
-            print(f"{case} {r['kernel']} rows={r.get('rows', 'default')} "
+            print(f"{case} {r['kernel']} tokens={r.get('tokens', '-')} "
+                  f"rows={r.get('rows', 'default')} "
                   f"warps={r.get('num_warps', 'default')}: {r['us']:.1f} us "
                   f"({r['tb_s']:.2f} TB/s){'' if r['same'] else ' DIFFERS'}", flush=True)
         report += epi + sc
