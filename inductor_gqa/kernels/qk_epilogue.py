@@ -463,8 +463,10 @@ def wo16_(w32, w16, flag, head_dim):
 
 
 # (tokens per q program, warps) of the token-major form: the launch's candidates, timed against
-# the head-row form per shape bucket (fp16_plans)
-TOKEN_CONFIGS = ((2, 4), (4, 4), (4, 8), (8, 8))
+# the head-row form per shape bucket (fp16_plans). H200, W075 "high" sizes (epilogue16_bench
+# --tokens --no-wo): (4, 4) best from 256 tokens up (512x16 22.4 -> 19.7 us, 4096x1 11.1 -> 9.6),
+# (2, 4) at 131; 8 warps or 8 tokens slower; (4, 2) and (8, 4) need 188-203 registers
+TOKEN_CONFIGS = ((4, 4), (2, 4), (2, 2))
 
 
 def default_rows(block_d):

@@ -107,6 +107,8 @@ def main():
     p.add_argument("--out", default="")
     p.add_argument("--tokens", action="store_true")
     p.add_argument("--no-wo", action="store_true")
+    p.add_argument("--token-configs", default="", help="e.g. '(4, 2), (8, 4)' instead of "
+                   "qk_epilogue.TOKEN_CONFIGS")
     args = p.parse_args()
     global WITH_WO
     WITH_WO = not args.no_wo
@@ -116,7 +118,9 @@ def main():
         s, b = (int(v) for v in case.split("x"))
         a = setup(s, b, g)
         # the default launch first: the reference every variant must match bitwise
-        variants = ([dict(tokens=t) for t in qk_epilogue.TOKEN_CONFIGS] if args.tokens
+        configs = (eval(f"[{args.token_configs}]") if args.token_configs
+                   else qk_epilogue.TOKEN_CONFIGS)
+        variants = ([dict(tokens=tuple(t)) for t in configs] if args.tokens
                     else EPILOGUE)
         epi = sweep("epilogue", a["epilogue"], [{}] + variants,
                     list(a["copies"]) + ([a["wo16"]] if WITH_WO else []), a["moved_epi"])
