@@ -255,8 +255,8 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
             eps_value, spec.rope, spec.rotary_dim)
     copies_kw = dict(eps_k=eps_k_value, v=v, copies=copies[:3], flag=copies[3], scales=scales,
                      store32=False, wo=wo_arg, in16=out16)
-    tokens = _epilogue_form(spec, b * s, out16, wo_arg,
-                            lambda c: qk_norm_rope_(q, k, *tail, tokens=c, **copies_kw))
+    tokens = _epilogue_form(spec, b * s, out16, lambda c: qk_norm_rope_(
+        q, k, *tail, tokens=c, **dict(copies_kw, wo=None)))
     qk_norm_rope_(q, k, *tail, tokens=tokens, **copies_kw)
     wo16_ready = wo16_after_epilogue(wo_mode, o16, flag, d, wo16_ready)
     if out16:
@@ -279,11 +279,14 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     return o_proj(t, spec, o, probs, prec, o16, copies, pending, wo16_ready)
 
 
-def _epilogue_form(spec, n_tok, out16, wo_arg, run):
+def _epilogue_form(spec, n_tok, out16, run):
     """The copies launch's programs: token-major (a ``qk_epilogue.TOKEN_CONFIGS`` entry) or
     head rows (None), timed per bucket of token count. Token-major programs load the feature
     scales once per program and cos/sin once per token instead of per head row
     (``qk_epilogue._tokens``); they cover no or rotate-half RoPE over the whole power-of-two head.
+    ``run`` times them without o_proj's weight copy: the choice is for the q, k, V programs, and
+    under CUDA-graph capture (where no timing happens) the launch has no Wo programs
+    (``wo16_mode``), so the eager first call decides for the captured launch too.
     INDUCTOR_GQA_TOKEN_EPILOGUE=0 keeps the head-row form."""
     d = spec.head_dim
     if (os.environ.get("INDUCTOR_GQA_TOKEN_EPILOGUE", "1") == "0" or d & (d - 1) or d < 2
@@ -291,7 +294,7 @@ def _epilogue_form(spec, n_tok, out16, wo_arg, run):
             or (spec.rope == "half" and spec.rotary_dim != d)):
         return None
     key = ("copies epilogue", tuning.bucket(n_tok), spec.num_heads, spec.num_kv_heads, d,
-           spec.norm, spec.rope, out16, wo_arg is not None)
+           spec.norm, spec.rope, out16)
     return tuning.pick(key, list(qk_epilogue.TOKEN_CONFIGS) + [None], run)
 
 
