@@ -395,10 +395,12 @@ def _tokens(x_ptr, w_ptr, n_tok, H, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, c
         cm = tmask[:, None]
         c1 = tl.load(cos_ptr + cso + c[None, :] * cs_d, mask=cm, other=1.0).to(tl.float32)
         s1 = tl.load(sin_ptr + cso + c[None, :] * cs_d, mask=cm, other=0.0).to(tl.float32)
-        c2 = tl.load(cos_ptr + cso + (c + HALF)[None, :] * cs_d, mask=cm, other=1.0)
-        s2 = tl.load(sin_ptr + cso + (c + HALF)[None, :] * cs_d, mask=cm, other=0.0)
+        c2 = tl.load(cos_ptr + cso + (c + HALF)[None, :] * cs_d, mask=cm, other=1.0).to(
+            tl.float32)
+        s2 = tl.load(sin_ptr + cso + (c + HALF)[None, :] * cs_d, mask=cm, other=0.0).to(
+            tl.float32)
         y1 = x1 * c1[:, None, :] + (-x2) * s1[:, None, :]
-        x2 = x2 * c2.to(tl.float32)[:, None, :] + x1 * s2.to(tl.float32)[:, None, :]
+        x2 = x2 * c2[:, None, :] + x1 * s2[:, None, :]
         x1 = y1
     offs = ((t.to(tl.int64) * H)[:, None, None] + h[None, :, None]) * D + c[None, None, :]
     _store16_pair(x16_ptr, offs, offs + HALF, x1, x2, m3, flag_ptr)
