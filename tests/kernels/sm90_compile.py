@@ -181,7 +181,8 @@ def linear_jobs():
 
 def epilogue_jobs():
     from inductor_gqa.kernels.qk_epilogue import (NORM_CODES, ROPE_CODES, TOKEN_CONFIGS,
-                                                  default_rows, default_warps)
+                                                  TOKEN_CONFIGS_OPT_IN, default_rows,
+                                                  default_warps)
 
     jobs = []
 
@@ -248,7 +249,7 @@ def epilogue_jobs():
                               TARGET=13 if k != 4096 else 0,
                               ZERO=k == 1024, **table),
                          8 if block_k >= 4096 else 4))
-    def add_tokens(d, heads, kv, norm, rope, tq, warps, in16, wo):
+    def add_tokens(d, heads, kv, norm, rope, tq, warps, in16, wo, *flags):
         # the token-major form of the copies launch (qk_norm_rope_(tokens=))
         hqp, hkp = (1 << (n - 1).bit_length() for n in (heads, kv))
         src = "*fp16" if in16 else "*fp32"
@@ -259,14 +260,15 @@ def epilogue_jobs():
                      vf_inv_ptr="*fp32", wo_ptr="*fp32", wo16_ptr="*fp16")
         consts = dict(D=d, HQP=hqp, HKP=hkp, TQ=tq, TK=tq * max(1, hqp // hkp),
                       NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope], cs_d=1, WO=wo,
-                      WO_ROWS=default_rows(d), IN16=in16)
+                      WO_ROWS=default_rows(d), IN16=in16, FULL="full" in flags)
         jobs.append(_job(f"qk_tokens d{d} {heads}/{kv} {norm} {rope} T{tq} w{warps}"
-                         + (" in16" if in16 else "") + (" wo" if wo else ""),
+                         + (" in16" if in16 else "") + (" wo" if wo else "")
+                         + "".join(f" {f}" for f in flags),
                          "inductor_gqa.kernels.qk_epilogue", "qk_tokens_kernel", types, consts,
                          warps))
 
-    for tq, warps in TOKEN_CONFIGS:     # W075 "high" (f16proj16, f16proj)
-        add_tokens(64, 16, 4, "none", "half", tq, warps, True, False)
+    for tq, warps, *flags in TOKEN_CONFIGS + TOKEN_CONFIGS_OPT_IN:   # W075 "high" (f16proj16)
+        add_tokens(64, 16, 4, "none", "half", tq, warps, True, False, *flags)
     add_tokens(64, 16, 4, "none", "half", 4, 4, False, True)
     add_tokens(128, 8, 2, "fp32_weight", "half", 2, 4, True, False)
     for d in (64, 24):      # Wo's fp16 copy on its own (the fp16 plans, under graph capture)
