@@ -334,6 +334,9 @@ def main(argv=None) -> int:
     doc["candidate_failures"] = tuning.failure_report()
     if doc["candidate_failures"]:
         rc = 1
+    # choices made untimed inside a CUDA-graph capture (reported, not failed: a key the eager
+    # first call never reached, as the norm/RoPE launch's choice was at e3adf91)
+    doc["untimed_choices"] = tuning.untimed_report()
     write_json(json_path, doc)
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write(stats.markdown_report(doc))
@@ -359,6 +362,8 @@ def main(argv=None) -> int:
                 print(f"warning (not gated) {msg}")
     for k, v in doc["candidate_failures"].items():
         print(f"CANDIDATE FAILED {k}: {v}")
+    for k, v in doc["untimed_choices"].items():
+        print(f"UNTIMED CHOICE {k}: {v} (first met under graph capture)")
     if incomplete:
         print(f"INCOMPLETE: cases skipped after the {args.deadline:.0f}s deadline")
         rc = rc or 3

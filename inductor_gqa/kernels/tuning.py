@@ -6,7 +6,8 @@ moment first (after a compile it idles at a low clock), and the candidates withi
 best are timed once more, interleaved, each keeping its faster reading: one slow reading must not
 decide a choice that every later call lives with. No timing ever happens while a
 CUDA graph is being captured or under the Triton interpreter: then the first candidate is used
-(and not cached, so a later eager call can still measure). ``first_runnable`` is the untimed
+(and not cached, so a later eager call can still measure; under capture the key is recorded in
+UNTIMED, which the perf job reports). ``first_runnable`` is the untimed
 twin, for launches that are only checked to run (the guarded fallbacks).
 """
 
@@ -23,6 +24,9 @@ from .host import next_pow2
 _CACHE: dict = {}
 TIMINGS: dict = {}   # key -> [(candidate, ms)], for the perf script's report
 FAILURES: dict = {}  # key -> [(candidate, error)]: candidates that failed other than for resources
+# key -> candidate: choices first met while a CUDA graph was captured, so the first candidate ran
+# untimed (a key the eager call before the capture did not reach; the perf job reports them)
+UNTIMED: dict = {}
 log = logging.getLogger("inductor_gqa")
 
 # programs of a guarded float32 fallback launch (GUARD 2 in flash.py, linear.py, qk_epilogue.py):
@@ -128,7 +132,10 @@ def pick(key, candidates, run):
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    if len(candidates) == 1 or interpreting() or _capturing():
+    if len(candidates) == 1 or interpreting():
+        return candidates[0]
+    if _capturing():
+        UNTIMED.setdefault(key, candidates[0])
         return candidates[0]
     results = []
     warmed = False
@@ -187,7 +194,13 @@ def failure_report() -> dict:
     return {str(k): v for k, v in FAILURES.items()}
 
 
+def untimed_report() -> dict:
+    """UNTIMED with printable keys and candidates, for the perf scripts' JSON."""
+    return {str(k): str(v) for k, v in UNTIMED.items()}
+
+
 def clear():
     _CACHE.clear()
     TIMINGS.clear()
     FAILURES.clear()
+    UNTIMED.clear()

@@ -99,3 +99,13 @@ def test_fallback_trial_is_its_guarded_launch(monkeypatch, scripted):
     lower_attention.attention(q, kv, kv, None, spec, b, s, 1.0, f16=f16)
     assert guards[:2] == [1, 1]                 # the two passes on the fp16 copies
     assert guards[2:] and set(guards[2:]) == {2}    # the fallback: trial and launch, guarded
+
+
+def test_choice_first_met_under_capture_runs_untimed_and_is_reported(monkeypatch, scripted):
+    monkeypatch.setattr(tuning, "_capturing", lambda: True)
+    assert tuning.pick("cap", ["a", "b"], None) == "a"       # nothing runs while capturing
+    assert tuning.untimed_report() == {"cap": "a"}
+    assert "cap" not in tuning._CACHE                          # an eager call may still time it
+    monkeypatch.setattr(tuning, "_capturing", lambda: False)
+    run = _script(monkeypatch, {"a": [2.0], "b": [1.0, 1.0]})
+    assert tuning.pick("cap", ["a", "b"], run) == "b"
