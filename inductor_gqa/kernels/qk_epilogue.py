@@ -502,6 +502,13 @@ TOKEN_CONFIGS = ((4, 4), (2, 4), (2, 2))
 TOKEN_CONFIGS_OPT_IN = ((4, 4, "full"), (2, 4, "full"))
 
 
+def token_major_covers(head_dim, rope, rotary_dim) -> bool:
+    """Whether token-major programs (``qk_norm_rope_(tokens=)``) cover a head: a power of two,
+    and no RoPE or rotate-half RoPE over the whole head."""
+    return (head_dim >= 2 and head_dim & (head_dim - 1) == 0 and rope in ("none", "half")
+            and (rope == "none" or rotary_dim == head_dim))
+
+
 def default_rows(block_d):
     """Rows per program. From epilogue_bench on the H200 at W075 sizes (head_dim 64): 16 rows
     are 3-6% faster than 32 since rows are loaded as halves (runs/profiles/
@@ -591,8 +598,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         w32 = w16 = dummy
     if tokens is not None:
         if not (f16 and scales is not None and not store32 and not guard
-                and rope in ("none", "half") and (rope == "none" or rotary_dim == d)
-                and d == block_d and d >= 2):
+                and token_major_covers(d, rope, rotary_dim)):
             raise ValueError("qk_norm_rope_: token-major programs make only the fp16 copies of "
                              "scaled products, with no or rotate-half RoPE over a power-of-two "
                              "head")

@@ -291,9 +291,7 @@ def _epilogue_form(spec, n_tok, out16, run):
     ``qk_epilogue.TOKEN_CONFIGS_OPT_IN``."""
     d = spec.head_dim
     mode = os.environ.get("INDUCTOR_GQA_TOKEN_EPILOGUE", "1")
-    if (mode == "0" or d & (d - 1) or d < 2
-            or spec.rope not in ("none", "half")
-            or (spec.rope == "half" and spec.rotary_dim != d)):
+    if mode == "0" or not qk_epilogue.token_major_covers(d, spec.rope, spec.rotary_dim):
         return None
     configs = list(qk_epilogue.TOKEN_CONFIGS)
     if mode == "2":

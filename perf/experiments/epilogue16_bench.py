@@ -23,6 +23,7 @@ rows should bring the norm/RoPE launch to 3.2-3.6 TB/s, -6 to -8 us at 512x16 an
 4096x1. scale_rows is nearer its bound: at most -2 us at 512x16.
 """
 import argparse
+import ast
 import json
 import os
 import statistics
@@ -112,14 +113,14 @@ def main():
     args = p.parse_args()
     global WITH_WO
     WITH_WO = not args.no_wo
+    configs = (ast.literal_eval(f"[{args.token_configs}]") if args.token_configs
+               else qk_epilogue.TOKEN_CONFIGS)
     g = torch.Generator(device=DEV).manual_seed(0)
     report = []
     for case in args.cases.split(","):
         s, b = (int(v) for v in case.split("x"))
         a = setup(s, b, g)
         # the default launch first: the reference every variant must match bitwise
-        configs = (eval(f"[{args.token_configs}]") if args.token_configs
-                   else qk_epilogue.TOKEN_CONFIGS)
         variants = ([dict(tokens=tuple(t)) for t in configs] if args.tokens
                     else EPILOGUE)
         epi = sweep("epilogue", a["epilogue"], [{}] + variants,

@@ -249,6 +249,7 @@ def epilogue_jobs():
                               TARGET=13 if k != 4096 else 0,
                               ZERO=k == 1024, **table),
                          8 if block_k >= 4096 else 4))
+
     def add_tokens(d, heads, kv, norm, rope, tq, warps, in16, wo, *flags):
         # the token-major form of the copies launch (qk_norm_rope_(tokens=))
         hqp, hkp = (1 << (n - 1).bit_length() for n in (heads, kv))
