@@ -16,6 +16,7 @@ the exponentials the pass should approach the exponential rate: 4096x1 116 -> 85
 mean through 4096x1, 2048x1 and 1024x2. No gain at 4096x1 would close this route.
 """
 import argparse
+import ast
 
 import torch
 
@@ -23,6 +24,7 @@ import gqa_pack_bench as gp      # inputs, flash.py launches, timing (this folde
 from inductor_gqa.kernels import flash, stats_overlap as so
 
 FLASH = [(64, 128, 4, 2), (64, 128, 4, 3), (128, 64, 8, 3)]
+OVERLAP = list(so.CONFIGS)      # --configs: others, e.g. with an exponential flag ("ex16", "fx4")
 
 
 def flash_stats(c, cfg, causal):
@@ -51,7 +53,7 @@ def bench(case_name):
         torch.cuda.synchronize()
         ref = c.ml.clone().view(-1, 2)
         runs = [("flash", cfg, flash_stats) for cfg in FLASH]
-        runs += [("overlap", cfg, overlap_stats) for cfg in so.CONFIGS]
+        runs += [("overlap", cfg, overlap_stats) for cfg in OVERLAP]
         for kind, cfg, fn in runs:
             name = f"{tag}{kind} {cfg}"
             try:
@@ -75,7 +77,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="4096x1,2048x1,1024x2,541x1,512x16,449x16")
     ap.add_argument("--out", default="")
+    ap.add_argument("--configs", default="", help="overlap configs, a Python list of tuples")
     a = ap.parse_args()
+    if a.configs:
+        OVERLAP[:] = [tuple(c) for c in ast.literal_eval(a.configs)]
     gp.run_cases(bench, a.cases, a.out)
 
 

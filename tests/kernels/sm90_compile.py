@@ -307,7 +307,8 @@ def staged_jobs():
         return []
     jobs = []
     d = 64
-    for cfg in probs_staged.CONFIGS + probs_staged.PACKED_CONFIGS:
+    base = probs_staged.CONFIGS + probs_staged.PACKED_CONFIGS
+    for cfg in base + [c + (tag,) for tag in probs_staged.EXP_TAGS for c in base]:
         bm, bn, nw, stages = cfg[:4]
         pp = "pp" in cfg
         gp = probs_staged.heads_per_program(cfg)
@@ -317,7 +318,8 @@ def staged_jobs():
             types = dict(_fp16_descs(d, q_desc=bm // gp, k_desc=bn, v_desc=bn), O="*fp16",
                          P="*fp32", FLAG="*i32", qscale="fp32")
             consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=-(-seq // bn), STAGES=stages,
-                          CAUSAL=causal, GUARD=1, num_warps=nw, **({"GP": gp} if gp > 1 else {}))
+                          CAUSAL=causal, GUARD=1, num_warps=nw, **({"GP": gp} if gp > 1 else {}),
+                          **probs_staged.exp_option(cfg))
             if pp:
                 consts["REGS"] = probs_staged.PINGPONG_REGS
             kernel = "probs_pingpong_kernel" if pp else "probs_staged_kernel"
@@ -334,13 +336,14 @@ def overlap_jobs():
         return []
     jobs = []
     d = 64
-    for cfg in stats_overlap.CONFIGS:
-        bm, bn, nw, stages = cfg
+    tags = stats_overlap.probs_staged.EXP_TAGS
+    for cfg in stats_overlap.CONFIGS + [c + (t,) for t in tags for c in stats_overlap.CONFIGS]:
+        bm, bn, nw, stages = cfg[:4]
         types = dict(_fp16_descs(d, q_desc=bm, k_desc=bn), ML="*fp32", FLAG="*i32",
                      qscale="fp32")
         for causal in (False, True):
             consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, CAUSAL=causal, GUARD=1,
-                          num_warps=nw)
+                          num_warps=nw, **stats_overlap.probs_staged.exp_option(cfg))
             jobs.append(_job(f"stats_overlap{' causal' if causal else ''} {cfg}",
                              "inductor_gqa.kernels.stats_overlap", "stats_overlap_kernel", types,
                              consts, nw))
