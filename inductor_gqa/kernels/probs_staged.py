@@ -63,7 +63,6 @@ try:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     # a barrier across the block's threads: thread_barrier in Triton 3.6, barrier from 3.7
     _block_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
-    from triton.language import constexpr as tl_constexpr
     HAVE_GLUON = True
 except ImportError:         # an older Triton: flash.py's passes are the only ones
     HAVE_GLUON = False
@@ -81,38 +80,6 @@ CONFIGS = [(64, 128, 4, 2), (64, 128, 4, 2, "pp"), (64, 64, 4, 3, "pp")]
 # equal): the 128-key ping-pong 449x16 118.8 -> 109.9 us, 373x8 40.0 -> 38.6, 512x16 108.8 ->
 # 106.1, 512x8 and 512x4 unchanged; the 64-key ping-pong gained nowhere
 PACKED_CONFIGS = [(64, 128, 4, 2, "gp4"), (64, 128, 4, 2, "pp", "gp4")]
-# How loop 1 (and stats_overlap.py's pass) computes its exponentials, by config flag: "ex16"
-# (EXP 1) fp16 through ``exp2_f16``, staged as they come; "fx4" (EXP 2) one in four on the FMA
-# pipe (``exp2_mixed``); neither: ``gl.exp2`` in fp32 (EXP 0)
-EXP_TAGS = {"ex16": 1, "fx4": 2}
-_EXP2_MIXED_PTX = """{
-.reg .f32 zc, big, f, p;
-.reg .b32 j, b;
-ex2.approx.ftz.f32 $0, $4;
-ex2.approx.ftz.f32 $1, $5;
-ex2.approx.ftz.f32 $2, $6;
-max.f32 zc, $7, 0fC2FA0000;
-add.rn.f32 big, zc, 0f4B400000;
-sub.rn.f32 f, big, 0f4B400000;
-sub.rn.f32 f, zc, f;
-fma.rn.f32 p, f, 0f3C1CCBDB, 0f3D650A1F;
-fma.rn.f32 p, p, f, 0f3E76036D;
-fma.rn.f32 p, p, f, 0f3F31706E;
-fma.rn.f32 p, p, f, 0f3F7FFFF4;
-mov.b32 j, big;
-shl.b32 j, j, 23;
-mov.b32 b, p;
-add.s32 j, j, b;
-mov.b32 $3, j;
-}"""
-EXP2_MIXED_PTX = tl_constexpr(_EXP2_MIXED_PTX) if HAVE_GLUON else None
-
-
-def exp_option(cfg) -> dict:
-    """The kernels' EXP constexpr from a config's flags (empty for the default)."""
-    code = next((EXP_TAGS[f] for f in cfg if f in EXP_TAGS), 0)
-    return {"EXP": code} if code else {}
-
 PINGPONG_REGS = 168         # registers per thread of the second warpgroup
 
 
@@ -154,33 +121,11 @@ if HAVE_GLUON:
                                 warps_per_cta=[NW, 1], order=[1, 0])
 
     @gluon.jit
-    def exp2_f16(x):
-        """2^x for x <= 0 (log2 units, relative to a running max) as fp16 through the MUFU's
-        half-precision exponential (``ex2.approx.f16x2``). The argument is rounded to fp16
-        first: absolute error 2^-12 at most for x in [-1, 0], a result relative error of
-        ~2^-10, about the fp16 staging's own."""
-        return gl.inline_asm_elementwise("ex2.approx.f16x2 $0, $1;", "=r,r",
-                                         [x.to(gl.float16)], dtype=gl.float16, is_pure=True,
-                                         pack=2)
-
-    @gluon.jit
-    def exp2_mixed(x):
-        """2^x in fp32 for finite or -inf x <= 0, one element in four off the MUFU unit
-        (FlashAttention-4's split): x = j + f, j = round(x) by the 1.5 * 2^23 trick, 2^f on
-        [-1/2, 1/2] by a degree-4 polynomial on the FMA pipe (max relative error 2.7e-6), j
-        added to the exponent bits. Below -125 (a masked score's -inf included) that element
-        gives 2^-125 instead of 0: ~1e-38, nothing in a row sum of at least 1, 0 once staged as
-        fp16. Where one warp per SM sub-partition computes exponentials (the ping-pong's loop 1)
-        the MUFU's 8 cycles per warp instruction bound them, not issue slots."""
-        return gl.inline_asm_elementwise(EXP2_MIXED_PTX, "=f,=f,=f,=f,f,f,f,f", [x],
-                                         dtype=gl.float32, is_pure=True, pack=4)
-
-    @gluon.jit
     def _stage_loop(u, n_comp, m0, S, qscale, k_desc, v_desc, q_smem, kv_smem, p_smem,
                     m_smem, kv_bar, kv_row, kvh, q_bar, q_loads, tok_wait, tok_phase, tok_pred,
                     D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                     STAGES: gl.constexpr, CAUSAL: gl.constexpr, WS: gl.constexpr,
-                    NW: gl.constexpr, GP: gl.constexpr, EXP: gl.constexpr):
+                    NW: gl.constexpr, GP: gl.constexpr):
         """Loop 1 over the key tiles j * BLOCK_N, j < n_comp (the ring's loads u + j),
         once q has landed (its ``q_loads``-th load of ``q_bar``; with WS, also the other
         warpgroup's token): scores, online max and
@@ -216,19 +161,10 @@ if HAVE_GLUON:
             # qscale > 0 commutes with the max (log2 units, one FMA per score below)
             m_new = gl.maximum(m_i, gl.max(s, 1) * qscale)
             m_u = gl.where(m_new == float("-inf"), 0.0, m_new)
-            x = gl.fma(s, qscale, -gl.expand_dims(m_u, 1))
-            if EXP == 1:    # the staged fp16 value straight from the half exponential
-                p16 = exp2_f16(x)
-                l_i = l_i * gl.exp2(m_i - m_u) + gl.sum(p16.to(gl.float32), 1)
-            else:
-                if EXP == 2:
-                    p = exp2_mixed(x)
-                else:
-                    p = gl.exp2(x)
-                l_i = l_i * gl.exp2(m_i - m_u) + gl.sum(p, 1)
-                p16 = p.to(gl.float16)
+            p = gl.exp2(gl.fma(s, qscale, -gl.expand_dims(m_u, 1)))
+            l_i = l_i * gl.exp2(m_i - m_u) + gl.sum(p, 1)
             m_i = m_new
-            p_smem.index(j).store(p16)
+            p_smem.index(j).store(p.to(gl.float16))
             m_smem.index(j).store(m_u)
         return m_i, l_i
 
@@ -311,7 +247,7 @@ if HAVE_GLUON:
                   D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr,
-                  GP: gl.constexpr, EXP: gl.constexpr):
+                  GP: gl.constexpr):
         """One row tile (BLOCK_M query rows of one head, or BLOCK_M // GP positions of GP
         heads): loop 1 stages p, loop 2 stores the probabilities and accumulates P @ V. ``u``: loads its warps' K/V ring took before;
         ``nth``: row tiles its warps did before (the q barrier's phase). With WS the loop 1s of
@@ -342,7 +278,7 @@ if HAVE_GLUON:
         m_i, l_i = _stage_loop(u, n_comp, m0, S, qscale, k_desc, v_desc, q_smem, kv_smem,
                                p_smem, m_smem, kv_bar, kv_row, kvh, q_bar, nth, tok_wait,
                                tok_phase, tok_pred, D, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WS, NW,
-                               GP, EXP)
+                               GP)
 
         # the row's log-sum-exp (base 2); a row with l == 0 (wholly masked) gives NaN, as eager
         lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
@@ -409,8 +345,7 @@ if HAVE_GLUON:
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                             GUARD: gl.constexpr, num_warps: gl.constexpr,
-                            PDL: gl.constexpr = 0, GP: gl.constexpr = 1,
-                            EXP: gl.constexpr = 0):
+                            PDL: gl.constexpr = 0, GP: gl.constexpr = 1):
         """One row tile per program (grid: row tiles x B*H/GP)."""
         _wait_for_predecessor(PDL)
         if GUARD == 1:
@@ -423,8 +358,7 @@ if HAVE_GLUON:
         _row_tile(tile, 0, 0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                   H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
                   q_bar, 0, False, q_bar,
-                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps, GP,
-                  EXP)
+                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps, GP)
         mbarrier.invalidate(q_bar)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(kv_bar.index(i))
@@ -435,8 +369,7 @@ if HAVE_GLUON:
                        kv_bar, tok,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       GUARD: gl.constexpr, NW: gl.constexpr, GP: gl.constexpr,
-                       EXP: gl.constexpr):
+                       GUARD: gl.constexpr, NW: gl.constexpr, GP: gl.constexpr):
         """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
         Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
         k - 1 (token ``tok[1 - role]``) and then passes its own token."""
@@ -450,8 +383,7 @@ if HAVE_GLUON:
             u = _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
                           sp_s, H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar,
                           kv_bar, tok.index(1 - role), other & 1, other >= 0, tok.index(role),
-                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW, GP,
-                          EXP)
+                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW, GP)
             nth += 1
 
     @gluon.jit
@@ -461,7 +393,7 @@ if HAVE_GLUON:
                               N_TILES: gl.constexpr, STAGES: gl.constexpr,
                               CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
                               num_warps: gl.constexpr, PDL: gl.constexpr = 0,
-                              GP: gl.constexpr = 1, EXP: gl.constexpr = 0):
+                              GP: gl.constexpr = 1):
         """Persistent programs of two warpgroups, each with its own buffers, taking the
         program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
         while the other computes (FlashAttention-3's ping-pong, with the stores in the place
@@ -479,11 +411,11 @@ if HAVE_GLUON:
             (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0, kvb0, tok,
                               D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
-                              GP, EXP)),
+                              GP)),
             (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1, kvb1, tok,
                               D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
-                              GP, EXP)),
+                              GP)),
         ], [num_warps], [REGS])
 
 
@@ -576,8 +508,7 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
     n_m = cdiv(seq, block_m // gp)
     meta = dict(D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=cdiv(seq, block_n),
                 STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps,
-                **pdl.launch_options(out.device), **({"GP": gp} if gp > 1 else {}),
-                **exp_option(cfg))
+                **pdl.launch_options(out.device), **({"GP": gp} if gp > 1 else {}))
     if pingpong:
         n_tiles = n_m * batch * (num_heads // gp)
         grid = (min(n_tiles, _sm_count(q16.device)),)

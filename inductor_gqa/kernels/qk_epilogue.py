@@ -356,15 +356,11 @@ def _program(pid, q_ptr, k_ptr, qw_ptr, kw_ptr, q_rows, k_rows, HQ, HK, S, eps, 
 @triton.jit
 def _tokens(x_ptr, w_ptr, n_tok, H, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, x16_ptr,
             flag_ptr, tok_inv_ptr, feat_inv_ptr, ld, D: tl.constexpr, HP: tl.constexpr,
-            T: tl.constexpr, NORM: tl.constexpr, ROPE: tl.constexpr, IN16: tl.constexpr,
-            FULL: tl.constexpr = False):
+            T: tl.constexpr, NORM: tl.constexpr, ROPE: tl.constexpr, IN16: tl.constexpr):
     """The token-major form of ``_rows_halves`` for the fp16 copies of scaled GEMM outputs: one
     program takes T tokens x all H heads as a [T, HP, D/2] tile per half, so the feature scales
     (and the norm weight) are loaded once per program and cos/sin once per token, where the
-    head-row form loads them per head row. Same values, same roundings, same range rule.
-    FULL loads the feature scales, the token scales and cos/sin in the tile's own 3-D shape
-    (redundant L1 loads) instead of broadcasting smaller loads into it (moves through shared
-    memory in the sm_90 code)."""
+    head-row form loads them per head row. Same values, same roundings, same range rule."""
     HALF: tl.constexpr = D // 2
     t = pid * T + tl.arange(0, T)
     h = tl.arange(0, HP)
@@ -380,25 +376,12 @@ def _tokens(x_ptr, w_ptr, n_tok, H, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, c
     tok_inv = tl.load(tok_inv_ptr + t, mask=tmask, other=1.0)
     x1 = tl.load(base + c[None, None, :], mask=m3, other=0.0).to(tl.float32)
     x2 = tl.load(base + (c + HALF)[None, None, :], mask=m3, other=0.0).to(tl.float32)
-    if FULL:
-        z3 = tl.zeros([T, HP, HALF], tl.int32)
-        fo3 = (h * D)[None, :, None] + c[None, None, :] + z3
-        ti = tl.load(tok_inv_ptr + t[:, None, None] + z3, mask=m3, other=1.0)
-        g1 = ti * tl.load(feat_inv_ptr + fo3, mask=m3, other=1.0)   # exact: powers of two
-        g2 = ti * tl.load(feat_inv_ptr + fo3 + HALF, mask=m3, other=1.0)
-        x1 = x1 * g1
-        x2 = x2 * g2
-    else:
-        x1 = x1 * tok_inv[:, None, None] * f1[None, :, :]
-        x2 = x2 * tok_inv[:, None, None] * f2[None, :, :]
+    x1 = x1 * tok_inv[:, None, None] * f1[None, :, :]
+    x2 = x2 * tok_inv[:, None, None] * f2[None, :, :]
     if IN16:    # _check_scaled16's rule over the whole head row
         amax = tl.maximum(tl.max(tl.abs(x1), 2), tl.max(tl.abs(x2), 2))        # [T, HP]
-        if FULL:    # the same bound: tok_inv * max(feat_inv) is the max of their products
-            bound = tl.maximum(tl.max(g1, 2), tl.max(g2, 2)) * FP16_MIN_NORMAL
-            bad = (amax > 0.0) & (amax < bound) & hmask[None, :]
-        else:
-            fmax = tl.where(hmask, tl.maximum(tl.max(f1, 1), tl.max(f2, 1)), 0.0)
-            bad = (amax > 0.0) & (amax < tok_inv[:, None] * fmax[None, :] * FP16_MIN_NORMAL)
+        fmax = tl.where(hmask, tl.maximum(tl.max(f1, 1), tl.max(f2, 1)), 0.0)
+        bad = (amax > 0.0) & (amax < tok_inv[:, None] * fmax[None, :] * FP16_MIN_NORMAL)
         tl.atomic_max(flag_ptr + tl.zeros_like(amax).to(tl.int32), 1, mask=bad)
     if NORM != 0:
         ms = (tl.sum(x1 * x1, axis=2) + tl.sum(x2 * x2, axis=2)) / D
@@ -410,23 +393,14 @@ def _tokens(x_ptr, w_ptr, n_tok, H, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, c
         bi = t // S
         cso = (bi.to(tl.int64) * cs_b + (t - bi * S) * cs_s)[:, None]
         cm = tmask[:, None]
-        if FULL:
-            co = (cso[:, :, None] + c[None, None, :] * cs_d
-                  + tl.zeros([T, HP, HALF], tl.int32))
-            y1 = (x1 * tl.load(cos_ptr + co, mask=m3, other=1.0).to(tl.float32)
-                  + (-x2) * tl.load(sin_ptr + co, mask=m3, other=0.0).to(tl.float32))
-            co += HALF * cs_d
-            x2 = (x2 * tl.load(cos_ptr + co, mask=m3, other=1.0).to(tl.float32)
-                  + x1 * tl.load(sin_ptr + co, mask=m3, other=0.0).to(tl.float32))
-        else:
-            c1 = tl.load(cos_ptr + cso + c[None, :] * cs_d, mask=cm, other=1.0).to(tl.float32)
-            s1 = tl.load(sin_ptr + cso + c[None, :] * cs_d, mask=cm, other=0.0).to(tl.float32)
-            c2 = tl.load(cos_ptr + cso + (c + HALF)[None, :] * cs_d, mask=cm, other=1.0).to(
-                tl.float32)
-            s2 = tl.load(sin_ptr + cso + (c + HALF)[None, :] * cs_d, mask=cm, other=0.0).to(
-                tl.float32)
-            y1 = x1 * c1[:, None, :] + (-x2) * s1[:, None, :]
-            x2 = x2 * c2[:, None, :] + x1 * s2[:, None, :]
+        c1 = tl.load(cos_ptr + cso + c[None, :] * cs_d, mask=cm, other=1.0).to(tl.float32)
+        s1 = tl.load(sin_ptr + cso + c[None, :] * cs_d, mask=cm, other=0.0).to(tl.float32)
+        c2 = tl.load(cos_ptr + cso + (c + HALF)[None, :] * cs_d, mask=cm, other=1.0).to(
+            tl.float32)
+        s2 = tl.load(sin_ptr + cso + (c + HALF)[None, :] * cs_d, mask=cm, other=0.0).to(
+            tl.float32)
+        y1 = x1 * c1[:, None, :] + (-x2) * s1[:, None, :]
+        x2 = x2 * c2[:, None, :] + x1 * s2[:, None, :]
         x1 = y1
     offs = ((t.to(tl.int64) * H)[:, None, None] + h[None, :, None]) * D + c[None, None, :]
     _store16_pair(x16_ptr, offs, offs + HALF, x1, x2, m3, flag_ptr)
@@ -440,8 +414,7 @@ def qk_tokens_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, n_tok, HQ, HK, S, eps, eps_k,
                      D: tl.constexpr, HQP: tl.constexpr, HKP: tl.constexpr,
                      TQ: tl.constexpr, TK: tl.constexpr, NORM: tl.constexpr,
                      ROPE: tl.constexpr, WO: tl.constexpr, WO_ROWS: tl.constexpr,
-                     PDL: tl.constexpr = 0, IN16: tl.constexpr = False,
-                     FULL: tl.constexpr = False):
+                     PDL: tl.constexpr = 0, IN16: tl.constexpr = False):
     """``qk_norm_rope_kernel``'s fp16-copies launch in token-major programs (``_tokens``): nq
     programs of TQ tokens for q, nk and nv of TK tokens for k and V, then o_proj's weight in
     the head-row programs of the other form (WO_ROWS rows each)."""
@@ -449,16 +422,15 @@ def qk_tokens_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, n_tok, HQ, HK, S, eps, eps_k,
     pid = tl.program_id(0)
     if pid < nq:
         _tokens(q_ptr, qw_ptr, n_tok, HQ, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                q16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, ld, D, HQP, TQ, NORM, ROPE, IN16,
-                FULL)
+                q16_ptr, flag_ptr, tok_inv_ptr, qf_inv_ptr, ld, D, HQP, TQ, NORM, ROPE, IN16)
     elif pid < nq + nk:
         _tokens(k_ptr, kw_ptr, n_tok, HK, S, pid - nq, eps_k, cos_ptr, sin_ptr, cs_b, cs_s,
                 cs_d, k16_ptr, flag_ptr, tok_inv_ptr, kf_inv_ptr, ld, D, HKP, TK, NORM, ROPE,
-                IN16, FULL)
+                IN16)
     elif pid < nq + nk + nv:
         _tokens(v_ptr, kw_ptr, n_tok, HK, S, pid - nq - nk, eps_k, cos_ptr, sin_ptr, cs_b,
                 cs_s, cs_d, v16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, ld, D, HKP, TK, 0, 0,
-                IN16, FULL)
+                IN16)
     elif WO:
         _rows(wo_ptr, kw_ptr, wo_rows, 1, S, pid - nq - nk - nv, eps_k, cos_ptr, sin_ptr, cs_b,
               cs_s, cs_d, wo16_ptr, flag_ptr, tok_inv_ptr, vf_inv_ptr, D, D, D, WO_ROWS,
@@ -497,9 +469,6 @@ def wo16_(w32, w16, flag, head_dim):
 # --tokens --no-wo): (4, 4) best from 256 tokens up (512x16 22.4 -> 19.7 us, 4096x1 11.1 -> 9.6),
 # (2, 4) at 131; 8 warps or 8 tokens slower; (4, 2) and (8, 4) need 188-203 registers
 TOKEN_CONFIGS = ((4, 4), (2, 4), (2, 2))
-# not measured yet: the FULL form (loads in the tile's shape); INDUCTOR_GQA_TOKEN_EPILOGUE=2 adds
-# them to the candidates, epilogue16_bench --tokens --token-configs times them
-TOKEN_CONFIGS_OPT_IN = ((4, 4, "full"), (2, 4, "full"))
 
 
 def token_major_covers(head_dim, rope, rotary_dim) -> bool:
@@ -602,9 +571,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
             raise ValueError("qk_norm_rope_: token-major programs make only the fp16 copies of "
                              "scaled products, with no or rotate-half RoPE over a power-of-two "
                              "head")
-        tq, warps, *flags = tokens
-        if set(flags) - {"full"}:
-            raise ValueError(f"qk_norm_rope_: unknown token-major flags {flags}")
+        tq, warps = tokens
         n_tok = batch * seq
         hqp, hkp = next_pow2(num_heads), next_pow2(num_kv_heads)
         tk = tq * max(1, hqp // hkp)        # k and V programs as large as q's
@@ -617,7 +584,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
             flag, *sc, ld, w32, w16, wo_rows, nq, nk, nk,
             D=d, HQP=hqp, HKP=hkp, TQ=tq, TK=tk, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
             WO=wo is not None, WO_ROWS=rows, num_warps=warps, IN16=bool(in16),
-            FULL="full" in flags, **pdl.launch_options(q.device))
+            **pdl.launch_options(q.device))
         return
     nq = cdiv(q_rows, rows)
     nk = cdiv(k_rows, rows)

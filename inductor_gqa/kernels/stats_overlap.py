@@ -55,8 +55,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _online(s, j, m_i, l_i, m0, S, qscale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                LAST: gl.constexpr, CAUSAL: gl.constexpr, NW: gl.constexpr,
-                EXP: gl.constexpr):
+                LAST: gl.constexpr, CAUSAL: gl.constexpr, NW: gl.constexpr):
         """Tile j's scores into the rows' running (max, sum), log2 units. Only the row's last
         tile (``LAST``) can cross the sequence end or, with BLOCK_N a multiple of BLOCK_M, the
         diagonal: the others take no masks, and no branch sits between an MMA's issue and its
@@ -72,13 +71,7 @@ if HAVE_GLUON:
         # qscale > 0 commutes with the max (one FMA per score below)
         m_new = gl.maximum(m_i, gl.max(s, 1) * qscale)
         m_u = gl.where(m_new == float("-inf"), 0.0, m_new)
-        x = gl.fma(s, qscale, -gl.expand_dims(m_u, 1))
-        if EXP == 1:    # probs_staged.EXP_TAGS
-            p = probs_staged.exp2_f16(x).to(gl.float32)
-        elif EXP == 2:
-            p = probs_staged.exp2_mixed(x)
-        else:
-            p = gl.exp2(x)
+        p = gl.exp2(gl.fma(s, qscale, -gl.expand_dims(m_u, 1)))
         l_i = l_i * gl.exp2(m_i - m_u) + gl.sum(p, 1)
         return m_new, l_i
 
@@ -86,8 +79,7 @@ if HAVE_GLUON:
     def stats_overlap_kernel(q_desc, k_desc, ML, FLAG, H, G, S, qscale,
                              D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                              STAGES: gl.constexpr, CAUSAL: gl.constexpr, GUARD: gl.constexpr,
-                             num_warps: gl.constexpr, PDL: gl.constexpr = 0,
-                             EXP: gl.constexpr = 0):
+                             num_warps: gl.constexpr, PDL: gl.constexpr = 0):
         """One row tile (BLOCK_M rows of one head) per program; grid (row tiles, B * H)."""
         probs_staged._wait_for_predecessor(PDL)
         if GUARD == 1:
@@ -137,10 +129,10 @@ if HAVE_GLUON:
             # tile j + 1's product runs while tile j's exponentials are computed
             tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
             m_i, l_i = _online(s, j, m_i, l_i, m0, S, qscale, BLOCK_M, BLOCK_N, False, CAUSAL,
-                               num_warps, EXP)
+                               num_warps)
             s = warpgroup_mma_wait(0, deps=(tok, q_smem, k_t))[0]
         m_i, l_i = _online(s, n - 1, m_i, l_i, m0, S, qscale, BLOCK_M, BLOCK_N, True, CAUSAL,
-                           num_warps, EXP)
+                           num_warps)
 
         rows = m0 + gl.arange(0, BLOCK_M, layout=row_s)
         ml = ML + (bh.to(gl.int64) * S + rows) * 2
@@ -193,5 +185,4 @@ def launch(q16, k16, ml, flag, batch, seq, num_heads, groups, head_dim, scale, c
                                float(scale) * LOG2E, D=head_dim, BLOCK_M=block_m,
                                BLOCK_N=block_n, STAGES=stages, CAUSAL=bool(causal),
                                GUARD=int(guard), num_warps=num_warps,
-                               **pdl.launch_options(q16.device),
-                               **probs_staged.exp_option(cfg))
+                               **pdl.launch_options(q16.device))

@@ -287,18 +287,14 @@ def _epilogue_form(spec, n_tok, out16, run):
     ``run`` times them without o_proj's weight copy: the choice is for the q, k, V programs, and
     under CUDA-graph capture (where no timing happens) the launch has no Wo programs
     (``wo16_mode``), so the eager first call decides for the captured launch too.
-    INDUCTOR_GQA_TOKEN_EPILOGUE=0 keeps the head-row form; =2 adds the not yet measured
-    ``qk_epilogue.TOKEN_CONFIGS_OPT_IN``."""
+    INDUCTOR_GQA_TOKEN_EPILOGUE=0 keeps the head-row form."""
     d = spec.head_dim
-    mode = os.environ.get("INDUCTOR_GQA_TOKEN_EPILOGUE", "1")
-    if mode == "0" or not qk_epilogue.token_major_covers(d, spec.rope, spec.rotary_dim):
+    if (os.environ.get("INDUCTOR_GQA_TOKEN_EPILOGUE", "1") == "0"
+            or not qk_epilogue.token_major_covers(d, spec.rope, spec.rotary_dim)):
         return None
-    configs = list(qk_epilogue.TOKEN_CONFIGS)
-    if mode == "2":
-        configs += qk_epilogue.TOKEN_CONFIGS_OPT_IN
     key = ("copies epilogue", tuning.bucket(n_tok), spec.num_heads, spec.num_kv_heads, d,
-           spec.norm, spec.rope, out16, mode)
-    return tuning.pick(key, configs + [None], run)
+           spec.norm, spec.rope, out16)
+    return tuning.pick(key, list(qk_epilogue.TOKEN_CONFIGS) + [None], run)
 
 
 def _scaled_fp16_operands(x, ws, flag, table=None, target=fp16_rows.TARGET_EXP):

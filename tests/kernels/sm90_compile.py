@@ -181,8 +181,7 @@ def linear_jobs():
 
 def epilogue_jobs():
     from inductor_gqa.kernels.qk_epilogue import (NORM_CODES, ROPE_CODES, TOKEN_CONFIGS,
-                                                  TOKEN_CONFIGS_OPT_IN, default_rows,
-                                                  default_warps)
+                                                  default_rows, default_warps)
 
     jobs = []
 
@@ -250,7 +249,7 @@ def epilogue_jobs():
                               ZERO=k == 1024, **table),
                          8 if block_k >= 4096 else 4))
 
-    def add_tokens(d, heads, kv, norm, rope, tq, warps, in16, wo, *flags):
+    def add_tokens(d, heads, kv, norm, rope, tq, warps, in16, wo):
         # the token-major form of the copies launch (qk_norm_rope_(tokens=))
         hqp, hkp = (1 << (n - 1).bit_length() for n in (heads, kv))
         src = "*fp16" if in16 else "*fp32"
@@ -261,15 +260,14 @@ def epilogue_jobs():
                      vf_inv_ptr="*fp32", wo_ptr="*fp32", wo16_ptr="*fp16")
         consts = dict(D=d, HQP=hqp, HKP=hkp, TQ=tq, TK=tq * max(1, hqp // hkp),
                       NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope], cs_d=1, WO=wo,
-                      WO_ROWS=default_rows(d), IN16=in16, FULL="full" in flags)
+                      WO_ROWS=default_rows(d), IN16=in16)
         jobs.append(_job(f"qk_tokens d{d} {heads}/{kv} {norm} {rope} T{tq} w{warps}"
-                         + (" in16" if in16 else "") + (" wo" if wo else "")
-                         + "".join(f" {f}" for f in flags),
+                         + (" in16" if in16 else "") + (" wo" if wo else ""),
                          "inductor_gqa.kernels.qk_epilogue", "qk_tokens_kernel", types, consts,
                          warps))
 
-    for tq, warps, *flags in TOKEN_CONFIGS + TOKEN_CONFIGS_OPT_IN:   # W075 "high" (f16proj16)
-        add_tokens(64, 16, 4, "none", "half", tq, warps, True, False, *flags)
+    for tq, warps in TOKEN_CONFIGS:     # W075 "high" (f16proj16, f16proj)
+        add_tokens(64, 16, 4, "none", "half", tq, warps, True, False)
     add_tokens(64, 16, 4, "none", "half", 4, 4, False, True)
     add_tokens(128, 8, 2, "fp32_weight", "half", 2, 4, True, False)
     for d in (64, 24):      # Wo's fp16 copy on its own (the fp16 plans, under graph capture)
@@ -307,8 +305,7 @@ def staged_jobs():
         return []
     jobs = []
     d = 64
-    base = probs_staged.CONFIGS + probs_staged.PACKED_CONFIGS
-    for cfg in base + [c + (tag,) for tag in probs_staged.EXP_TAGS for c in base]:
+    for cfg in probs_staged.CONFIGS + probs_staged.PACKED_CONFIGS:
         bm, bn, nw, stages = cfg[:4]
         pp = "pp" in cfg
         gp = probs_staged.heads_per_program(cfg)
@@ -318,8 +315,7 @@ def staged_jobs():
             types = dict(_fp16_descs(d, q_desc=bm // gp, k_desc=bn, v_desc=bn), O="*fp16",
                          P="*fp32", FLAG="*i32", qscale="fp32")
             consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=-(-seq // bn), STAGES=stages,
-                          CAUSAL=causal, GUARD=1, num_warps=nw, **({"GP": gp} if gp > 1 else {}),
-                          **probs_staged.exp_option(cfg))
+                          CAUSAL=causal, GUARD=1, num_warps=nw, **({"GP": gp} if gp > 1 else {}))
             if pp:
                 consts["REGS"] = probs_staged.PINGPONG_REGS
             kernel = "probs_pingpong_kernel" if pp else "probs_staged_kernel"
@@ -336,14 +332,13 @@ def overlap_jobs():
         return []
     jobs = []
     d = 64
-    tags = stats_overlap.probs_staged.EXP_TAGS
-    for cfg in stats_overlap.CONFIGS + [c + (t,) for t in tags for c in stats_overlap.CONFIGS]:
-        bm, bn, nw, stages = cfg[:4]
+    for cfg in stats_overlap.CONFIGS:
+        bm, bn, nw, stages = cfg
         types = dict(_fp16_descs(d, q_desc=bm, k_desc=bn), ML="*fp32", FLAG="*i32",
                      qscale="fp32")
         for causal in (False, True):
             consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, CAUSAL=causal, GUARD=1,
-                          num_warps=nw, **stats_overlap.probs_staged.exp_option(cfg))
+                          num_warps=nw)
             jobs.append(_job(f"stats_overlap{' causal' if causal else ''} {cfg}",
                              "inductor_gqa.kernels.stats_overlap", "stats_overlap_kernel", types,
                              consts, nw))
