@@ -6,10 +6,9 @@
   transposed ([Hkv*D, B*S], the K-major operand the float32 attention kernel wants) by the same
   store.
 
-float32 follows the matmul precision in force: "tf32" (TF32 tensor cores, which drop the low
-13 significand bits), "tf32rn" (the operands rounded to nearest TF32 first, as the library GEMM
-does: ``_round_tf32``), or "tf32x3" (three TF32 products per tile, hi*hi + hi*lo + lo*hi:
-float32-level error at tensor-core speed) under "highest". x [M, K] and W [N, K] are both K-contiguous, the layout Hopper's TF32 MMA wants for both
+float32 follows the matmul precision in force: "tf32" (TF32 tensor cores), or "tf32x3" (three
+TF32 products per tile, hi*hi + hi*lo + lo*hi: float32-level error at tensor-core speed) under
+"highest". x [M, K] and W [N, K] are both K-contiguous, the layout Hopper's TF32 MMA wants for both
 operands. Grouped tile order keeps a band of x rows hot in L2 while W streams. Whether these beat
 the library GEMM is decided by measurement per shape bucket (``lower/linear.py``).
 """
@@ -36,15 +35,6 @@ def _grouped(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: t
 
 
 @triton.jit
-def _round_tf32(x):
-    """float32 rounded to the nearest TF32 value (10-bit significand, ties away from zero, as
-    ``cvt.rna.tf32.f32``): the tensor core then drops only zero bits. inf stays inf, NaN NaN."""
-    bits = x.to(tl.int32, bitcast=True)
-    r = ((bits + 0x1000) & -8192).to(tl.float32, bitcast=True)
-    return tl.where(x != x, x, r)
-
-
-@triton.jit
 def _mainloop(X, W, offs_m, offs_n, m_ok, n_ok, K, sx_m, sw_n, PREC: tl.constexpr,
               UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               BLOCK_K: tl.constexpr):
@@ -61,10 +51,7 @@ def _mainloop(X, W, offs_m, offs_n, m_ok, n_ok, K, sx_m, sw_n, PREC: tl.constexp
         if UPCAST:
             x = x.to(tl.float32)
             w = w.to(tl.float32)
-        if PREC == "tf32rn":
-            acc = tl.dot(_round_tf32(x), tl.trans(_round_tf32(w)), acc, input_precision="tf32")
-        else:
-            acc = tl.dot(x, tl.trans(w), acc, input_precision=PREC)
+        acc = tl.dot(x, tl.trans(w), acc, input_precision=PREC)
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
     return acc

@@ -163,11 +163,6 @@ def linear_jobs():
             jobs.append(_job(f"qkv {cfg} bias={bias}", "inductor_gqa.kernels.linear",
                              "qkv_kernel", ptr,
                              dict(HAS_BIAS=bias, sq_n=1, sk_n=1, sv_m=1, **tiles), nw, ns))
-        # "high": the three projections in one launch on TF32 rounded to nearest
-        ptr = {n: "*fp32" for n in ("X", "WQ", "BQ", "YQ", "WK", "BK", "YK", "WV", "BV", "YV")}
-        jobs.append(_job(f"qkv {cfg} tf32rn", "inductor_gqa.kernels.linear", "qkv_kernel", ptr,
-                         dict(HAS_BIAS=False, sq_n=1, sk_n=1, sv_n=1,
-                              **dict(tiles, PREC="tf32rn")), nw, ns))
     from inductor_gqa.lower.fp16_plans import _GUARDED_GEMM   # behind the fp16 o_proj
     bm, bn, bk, gm, nw, ns = _GUARDED_GEMM
     jobs.append(_job(f"linear {_GUARDED_GEMM} o_proj fallback guard=2",
