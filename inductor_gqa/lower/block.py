@@ -158,6 +158,8 @@ def _run(t, spec):
         plans.insert(0, "f16proj")
         if fp16_plans.f16_products_offered():
             plans.insert(1, "f16proj16")
+        if fp16_plans.f16_fused_offered(spec, x):
+            plans.insert(plans.index("f16"), "f16tma")
     plan = tuning.pick(key + (tuple(plans),), plans, lambda p: _run_plan(t, spec, p, *args))
     return _run_plan(t, spec, plan, *args)
 
@@ -167,9 +169,10 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
     x = t["x"]
     b, s, _ = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-    if plan in ("f16proj", "f16proj16"):    # its operand-scaling launch also builds the tables
+    if plan in ("f16proj", "f16proj16", "f16tma"):  # scale_rows also builds the tables
         return fp16_plans.run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value,
-                                      scale_value, prec, table, out16=plan == "f16proj16")
+                                      scale_value, prec, table, out16=plan == "f16proj16",
+                                      fused=plan == "f16tma")
     if table is not None:
         table.launch()
     dt = x.dtype

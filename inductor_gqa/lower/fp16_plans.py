@@ -1,8 +1,9 @@
 """float32 blocks under "high" on fp16 copies: which plans are offered, their buffers, the fp16
 o_proj, and the plan that also runs the projections on fp16 (f16proj: cuBLAS fp16 GEMM and the
 norm/RoPE launch). The "f16" plan itself (float32 projections, fp16 copies for attention) is
-block._run_plan's. (A Triton GEMM fused with the norm/RoPE epilogue, "f16fused", lost to f16proj
-by 1-3% on the H200 and was removed: docs/kernels.md notes 16-17.)
+block._run_plan's. "f16tma" runs the f16proj GEMM and its norm/RoPE epilogue as one launch
+(``kernels/proj_rope.py``: the operands on the copy engine; an earlier fused kernel on pointer
+loads, "f16fused", lost and was removed: docs/kernels.md notes 16-17, 47).
 
 fp16 has TF32's 10-bit significand and rounds to nearest; only its range differs. Every copy is
 range-checked into one device flag, and every fp16 launch has a guarded float32 twin that runs
@@ -15,7 +16,7 @@ import os
 
 import torch
 
-from ..kernels import fp16_rows, qk_epilogue, tuning
+from ..kernels import fp16_rows, proj_rope, qk_epilogue, tuning
 from ..kernels import linear as linear_kernels
 from ..kernels.qk_epilogue import qk_norm_rope_, wo16_
 from .attention import attention
@@ -83,6 +84,23 @@ def f16_products_offered() -> bool:
     512x16 and 231.3 -> 226.4 at 449x16, a tie at 131x1 and 4096x1, 0.8 us slower at 1024x2
     (docs/kernels.md note 30). INDUCTOR_GQA_FP16_QKV_OUT=0 turns it off."""
     return os.environ.get("INDUCTOR_GQA_FP16_QKV_OUT", "1") != "0"
+
+
+def f16_fused_offered(spec, x) -> bool:
+    """f16tma: the f16proj plan with its Q/K/V GEMM and the norm/RoPE epilogue in one launch
+    (``proj_rope``), where that launch covers the head and a CUDA device has the copy engine
+    (sm_90+), or in the CPU interpreter. A timed plan beside the others.
+    INDUCTOR_GQA_FUSED_PROJECTION=0 turns it off."""
+    if os.environ.get("INDUCTOR_GQA_FUSED_PROJECTION", "1") == "0":
+        return False
+    d = spec.head_dim
+    parts = (spec.num_heads * d, spec.num_kv_heads * d, spec.num_kv_heads * d)
+    if not (proj_rope.covers(d, spec.rope, spec.rotary_dim)
+            and proj_rope.candidates(parts, d)):
+        return False
+    if x.is_cuda:
+        return torch.cuda.get_device_capability(x.device)[0] >= 9
+    return tuning.interpreting()
 
 
 def f16_operands_allowed(dt, prec) -> bool:
@@ -230,10 +248,14 @@ def _range_flag(x):
 
 
 def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec, table=None,
-                out16=False):
+                out16=False, fused=False):
     """The fp16-copies plan with the Q/K/V projections on fp16 copies as well (see
     ``f16_projections_offered``); ``table``: a RoPE TableJob its first launch also runs;
-    ``out16``: the f16proj16 plan (``f16_products_offered``)."""
+    ``out16``: the f16proj16 plan (``f16_products_offered``); ``fused``: the f16tma plan
+    (``f16_fused_offered``)."""
+    if fused:
+        return _run_f16tma(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec,
+                           table)
     x = t["x"]
     b, s, e = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
@@ -271,6 +293,52 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
             _guarded_gemm(x16, w16, qkv32, "tf32", copies[3])
         qk_norm_rope_(q, k, *tail, eps_k=eps_k_value, scales=scales, store32=True, guard=2,
                       v=v, flag=copies[3])
+
+    pending = []
+    o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,
+                         out16=o16[0] if o16 else None, before_fallback=finish_fp32,
+                         deferred=pending)
+    return o_proj(t, spec, o, probs, prec, o16, copies, pending, wo16_ready)
+
+
+def _run_f16tma(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec, table):
+    """f16tma: scale_rows (fp16 operand copies, RoPE tables, the flag cleared), then one launch
+    for the Q/K/V GEMM and the norm/RoPE epilogue writing the copies as column slices of one
+    [B*S, Nq + Nk + Nv] buffer (``proj_rope``); the fallback's float32 products come from a
+    guarded GEMM as in f16proj16."""
+    x = t["x"]
+    b, s, e = x.shape
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    flag = _range_flag(x)
+    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]], flag,
+                                                         table)
+    q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
+    parts = tuple(z - a for a, z in cuts)
+    o16 = fp16_o_proj(t, spec, x)
+    wo_mode, _, wo16_ready = wo16_before_epilogue(o16, flag, d)
+    qkv16 = torch.empty((b * s, sum(parts)), device=x.device, dtype=torch.float16)
+
+    def run(cfg):
+        proj_rope.launch(x16, w16, x_inv, w_inv, qkv16, flag, parts, t["q_norm_weight"],
+                         t["k_norm_weight"], cos, sin, s, d, spec.norm, eps_value, eps_k_value,
+                         spec.rope, cfg)
+
+    key = ("proj_rope", tuning.gemm_rows_bucket(b * s), parts, e, d, spec.norm, spec.rope)
+    run(tuning.pick(key, proj_rope.candidates(parts, d), run))
+    if wo_mode == 0 and o16 is not None:    # plain launches: Wo's copy in line
+        wo16_(o16[1], o16[2], flag, d)
+    wo16_ready = wo16_after_epilogue(wo_mode, o16, flag, d, wo16_ready)
+    copies = tuple(qkv16[:, a:z] for a, z in cuts) + (flag,)
+    # the float32 fallback's products and their finish, written only if the flag is raised
+    qkv32 = torch.empty((b * s, sum(parts)), device=x.device, dtype=torch.float32)
+    q, k, v = (qkv32[:, a:z] for a, z in cuts)
+    tail = (t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
+            eps_value, spec.rope, spec.rotary_dim)
+
+    def finish_fp32():
+        _guarded_gemm(x16, w16, qkv32, "tf32", flag)
+        qk_norm_rope_(q, k, *tail, eps_k=eps_k_value, scales=(x_inv, q_inv, k_inv, v_inv),
+                      store32=True, guard=2, v=v, flag=flag)
 
     pending = []
     o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,

@@ -345,6 +345,28 @@ def overlap_jobs():
     return jobs
 
 
+def proj_rope_jobs():
+    """kernels/proj_rope.py (the Q/K/V GEMM with the norm/RoPE epilogue) for every candidate
+    config at W075's head (64, rotate-half RoPE), and with a norm."""
+    from inductor_gqa.kernels import proj_rope
+
+    if proj_rope.TensorDescriptor is None:
+        return []
+    jobs = []
+    for cfg in proj_rope.CONFIGS:
+        bm, bn, bk, nw, ns, persistent = cfg
+        types = dict(a_desc=f"tensordesc<fp16[{bm}, {bk}]>", b_desc=f"tensordesc<fp16[{bn}, {bk}]>",
+                     out_desc=f"tensordesc<fp16[{bm}, {bn}]>", tok_inv_ptr="*fp32",
+                     feat_inv_ptr="*fp32", qw_ptr="*fp32", kw_ptr="*fp32", eps="fp32",
+                     eps_k="fp32", cos_ptr="*fp32", sin_ptr="*fp32", flag_ptr="*i32")
+        for norm in (0, 1):
+            consts = dict(D=64, BM=bm, BN=bn, BK=bk, NORM=norm, ROPE=1, PERSISTENT=persistent,
+                          NUM_SMS=132, cs_d=1)
+            jobs.append(_job(f"proj_rope {cfg} norm{norm}", "inductor_gqa.kernels.proj_rope",
+                             "proj_rope_kernel", types, consts, nw, ns))
+    return jobs
+
+
 def pdl_jobs(jobs):
     """The first job of each kernel again with programmatic dependent launch (kernels/pdl.py:
     the PDL constexpr and the launch_pdl option together)."""
@@ -360,7 +382,7 @@ def pdl_jobs(jobs):
 
 def all_jobs():
     jobs = (attention_jobs() + linear_jobs() + epilogue_jobs() + staged_jobs()
-            + overlap_jobs())
+            + overlap_jobs() + proj_rope_jobs())
     return jobs + pdl_jobs(jobs)
 
 

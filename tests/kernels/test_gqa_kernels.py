@@ -948,3 +948,85 @@ def test_rolling_in_the_block(tf32_allowed, monkeypatch, proj):
         ref, ref_p = attention_block_reference(**t, spec=spec)
     _close_high(p, ref_p, 2e-3)
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=0)
+
+
+@pytest.fixture
+def fused_projection(monkeypatch, fp16_projections):
+    """The f16tma plan (the Q/K/V GEMM and the norm/RoPE epilogue in one launch,
+    kernels/proj_rope.py), taken by the plan choice. Yields the range flags the block made and
+    the fused launches it ran."""
+    from inductor_gqa.kernels import proj_rope
+    monkeypatch.delenv("INDUCTOR_GQA_FUSED_PROJECTION", raising=False)
+    pick = tuning.pick
+    monkeypatch.setattr(tuning, "pick", lambda key, cands, run: "f16tma"
+                        if key[0] == "plan" and "f16tma" in cands else pick(key, cands, run))
+    made = {"flags": [], "launches": 0}
+    range_flag, launch = fp16_plans._range_flag, proj_rope.launch
+
+    def spy_flag(x):
+        made["flags"].append(range_flag(x))
+        return made["flags"][-1]
+
+    def spy_launch(*args, **kw):
+        made["launches"] += 1
+        return launch(*args, **kw)
+    monkeypatch.setattr(fp16_plans, "_range_flag", spy_flag)
+    monkeypatch.setattr(proj_rope, "launch", spy_launch)
+    yield made
+
+
+@pytest.mark.parametrize("causal,mask,probs,s,norm", [(False, "none", True, 17, "none"),
+                                                     (True, "none", True, 33, "none"),
+                                                     (True, "additive", False, 21, "none"),
+                                                     (False, "none", True, 17, "fp32_weight")])
+def test_f16_fused_projection_under_high(fused_projection, causal, mask, probs, s, norm):
+    spec = _w075_spec(causal, mask, probs)
+    if norm != "none":
+        spec = dataclasses.replace(spec, norm=norm, eps=1e-6)
+    t = _inputs(spec, 2, s, 64, F32, mask_shape=(mask, None))
+    t["x"][0, 1] = 0.0                              # a zero row: scale 1, exact zero products
+    with torch.no_grad():
+        ref, ref_p = attention_block_reference(**t, spec=spec)
+    out, p = block.run_block(dict(t), spec)
+    assert fused_projection["launches"] >= 1
+    assert fused_projection["flags"][-1].item() == 0     # no fallback
+    _close_high(out, ref, 1e-3 * ref.abs().max().item())
+    if probs:
+        _close_high(p, ref_p, 2e-3)
+
+
+@pytest.mark.parametrize("how", ["overflow", "tiny"])
+def test_f16_fused_projection_falls_back(fused_projection, how):
+    """The fused launch raises the range flag (k beyond fp16's range once the scales are undone,
+    or a head row whose largest value is below fp16's normal range) and the guarded float32
+    path redoes the block from products of its own (a guarded GEMM on the scaled copies)."""
+    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, rope="half", rotary_dim=16,
+                     core="explicit", scale=1.0, return_probs=True)
+    t = _inputs(spec, 2, 13, 64, F32)
+    if how == "overflow":
+        with torch.no_grad():
+            ref, ref_p = attention_block_reference(**t, spec=spec)
+        t.update(wq=t["wq"] * 2.0 ** -18, wk=t["wk"] * 2.0 ** 18)
+    else:
+        # token 3 of batch 0 is one-hot on feature 0 and column 0 of Wq is 2^-20 of the rows'
+        # largest weights: that token's q rows are ~2^-23, below fp16's normal range
+        t["x"][0, 3] = 0.0
+        t["x"][0, 3, 0] = 1.0
+        t["wq"][:, 0] = t["wq"].abs().amax(1) * 2.0 ** -20
+        with torch.no_grad():
+            ref, ref_p = attention_block_reference(**t, spec=spec)
+    out, p = block.run_block(dict(t), spec)
+    assert fused_projection["launches"] >= 1 and fused_projection["flags"][-1].item() == 1
+    assert torch.isfinite(out).all() and torch.isfinite(p).all()
+    _close_high(p, ref_p, 2e-3)
+    _close_high(out, ref, 1e-3 * ref.abs().max().item())
+
+
+def test_f16_fused_projection_offered_where_it_covers(fused_projection):
+    x = torch.zeros(1, 4, 64)
+    spec = _w075_spec()
+    assert fp16_plans.f16_fused_offered(spec, x)
+    for other in (dataclasses.replace(spec, head_dim=24, rotary_dim=24),     # not a power of 2
+                  dataclasses.replace(spec, rope="interleaved"),
+                  dataclasses.replace(spec, rotary_dim=8)):                   # partial RoPE
+        assert not fp16_plans.f16_fused_offered(other, x)

@@ -1,0 +1,226 @@
+"""The Q/K/V projection on fp16 operand copies with the norm/RoPE epilogue in the same launch.
+
+The fp16-copies plans (``lower/fp16_plans.py``) compute q, k, v = x @ W^T on fp16 copies of x and
+of the three weights (exact power-of-two row scales, ``fp16_rows``), then a second launch
+(``qk_epilogue``) undoes the scales, applies the per-head norm and rotate-half RoPE and writes
+the fp16 copies the attention kernels read, with the range flag. Here the GEMM's float32
+accumulator goes through those steps in registers and only the copies are written: the products
+never reach memory, and one launch and its read of them go away.
+
+The GEMM reads both operands through the copy engine (tensor descriptors, several stages deep),
+optionally as persistent programs that walk the output tiles. A tile of BN columns holds whole
+heads of one of q, k or v (BN a multiple of the head size dividing each part's width), so the
+epilogue splits each head's row into its two halves, rotates, and stores the tile as
+[tokens, BN] fp16 into one [B*S, Nq + Nk + Nv] buffer, whose column slices are the copies.
+
+Numerics: each output is the float32 product times its token's and its feature's reciprocal
+scale (exact), then the norm (float32, as the other epilogue does for float32 products) and RoPE
+in the eager order, rounded once to fp16. The range rule is ``qk_epilogue._store16``'s per head
+row (an overflow, a non-finite value, or a nonzero row whose largest value is below fp16's
+normal range raises the flag and the float32 fallback redoes the block).
+
+Scope (``covers``): head size a power of two (16-256), no RoPE or rotate-half RoPE over the
+whole head, fp16 operand copies, 16-byte aligned rows (the copy engine). On the CPU the Triton
+interpreter runs it (16-bit dots upcast there, as elsewhere).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from . import pdl, tuning
+from .host import cdiv
+from .qk_epilogue import FP16_MIN_NORMAL, NORM_CODES, ROPE_CODES, _weighted_b
+
+try:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:     # an older Triton: the fused plan is not offered
+    TensorDescriptor = None
+
+# (BM, BN, BK, warps, stages, persistent). H200, W075's Q/K/V shape as a plain fp16 GEMM
+# (perf/experiments/tma_gemm_bench.py): 64x64 one tile per program best up to ~1024 rows,
+# 128x128 / 128x256 persistent from ~2048, within 0-12% of cuBLAS. With the epilogue, 128x128
+# on 4 warps and 128x256 spill on sm_90 (255 registers); these do not
+CONFIGS = [(64, 64, 64, 4, 4, False), (64, 128, 64, 4, 4, False), (64, 128, 64, 4, 3, False),
+           (128, 128, 64, 8, 4, True), (128, 128, 64, 8, 3, True), (128, 128, 64, 8, 4, False)]
+
+
+@triton.jit
+def _tile_of(t, num_m, num_n, GROUP_M: tl.constexpr):
+    """Output tile ``t`` in grouped order (a band of x rows stays in L2 while W streams)."""
+    per_group = GROUP_M * num_n
+    first_m = (t // per_group) * GROUP_M
+    group_m = min(num_m - first_m, GROUP_M)
+    return first_m + (t % per_group) % group_m, (t % per_group) // group_m
+
+
+@triton.jit
+def _part(x, rows, m_ok, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
+          D: tl.constexpr, HB: tl.constexpr, NORM: tl.constexpr, ROPE: tl.constexpr):
+    """Norm and RoPE of a [BM, HB * D] tile of unscaled products (HB heads of one part), the
+    range rule per head row; returns the fp16 tile."""
+    BM: tl.constexpr = x.shape[0]
+    HALF: tl.constexpr = D // 2
+    x4 = tl.permute(tl.reshape(x, [BM, HB, 2, HALF]), [0, 1, 3, 2])
+    x1, x2 = tl.split(x4)                                   # [BM, HB, HALF] each
+    c = tl.arange(0, HALF)
+    if NORM != 0:
+        ms = (tl.sum(x1 * x1, axis=2) + tl.sum(x2 * x2, axis=2)) / D
+        rs = (1.0 / tl.sqrt(ms + eps))[:, :, None]
+        x1 = _weighted_b(x1, rs, tl.load(w_ptr + c).to(tl.float32)[None, None, :],
+                         tl.float32, NORM)
+        x2 = _weighted_b(x2, rs, tl.load(w_ptr + c + HALF).to(tl.float32)[None, None, :],
+                         tl.float32, NORM)
+    if ROPE != 0:
+        bi = rows // S
+        cso = (bi.to(tl.int64) * cs_b + (rows - bi * S) * cs_s)[:, None]
+        cm = m_ok[:, None]
+        c1 = tl.load(cos_ptr + cso + c[None, :] * cs_d, mask=cm, other=1.0).to(tl.float32)
+        s1 = tl.load(sin_ptr + cso + c[None, :] * cs_d, mask=cm, other=0.0).to(tl.float32)
+        c2 = tl.load(cos_ptr + cso + (c + HALF)[None, :] * cs_d, mask=cm, other=1.0).to(
+            tl.float32)
+        s2 = tl.load(sin_ptr + cso + (c + HALF)[None, :] * cs_d, mask=cm, other=0.0).to(
+            tl.float32)
+        y1 = x1 * c1[:, None, :] + (-x2) * s1[:, None, :]
+        x2 = x2 * c2[:, None, :] + x1 * s2[:, None, :]
+        x1 = y1
+    h1 = x1.to(tl.float16)
+    h2 = x2.to(tl.float16)
+    # qk_epilogue._store16's rule per (token, head) row; rows past M hold zeros
+    over = (~(tl.abs(h1.to(tl.float32)) < float("inf"))).to(tl.int32) | \
+        (~(tl.abs(h2.to(tl.float32)) < float("inf"))).to(tl.int32)
+    rmax = tl.maximum(tl.max(tl.abs(x1), axis=2), tl.max(tl.abs(x2), axis=2))
+    tiny = (rmax > 0.0) & (rmax < FP16_MIN_NORMAL)
+    bad = (tiny | (tl.max(over, axis=2) != 0)) & m_ok[:, None]
+    tl.atomic_max(flag_ptr + tl.zeros_like(rmax).to(tl.int32), 1, mask=bad)
+    y = tl.reshape(tl.permute(tl.join(h1, h2), [0, 1, 3, 2]), [BM, HB * D])
+    return y
+
+
+@triton.jit
+def _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
+          qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
+          NQ, NK, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+          NORM: tl.constexpr, ROPE: tl.constexpr, UPCAST: tl.constexpr):
+    off_m = pid_m * BM
+    off_n = pid_n * BN
+    acc = tl.zeros((BM, BN), tl.float32)
+    for ki in range(tl.cdiv(K, BK)):
+        a = a_desc.load([off_m, ki * BK])
+        b = b_desc.load([off_n, ki * BK])
+        if UPCAST:      # the interpreter's 16-bit dot is not exact
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b.T, acc)
+    rows = off_m + tl.arange(0, BM)
+    m_ok = rows < M
+    tok_inv = tl.load(tok_inv_ptr + rows, mask=m_ok, other=1.0)
+    feat_inv = tl.load(feat_inv_ptr + off_n + tl.arange(0, BN))
+    x = acc * tok_inv[:, None] * feat_inv[None, :]
+    HB: tl.constexpr = BN // D
+    if off_n < NQ:
+        y = _part(x, rows, m_ok, qw_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
+                  D, HB, NORM, ROPE)
+    elif off_n < NQ + NK:
+        y = _part(x, rows, m_ok, kw_ptr, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S,
+                  flag_ptr, D, HB, NORM, ROPE)
+    else:
+        y = _part(x, rows, m_ok, kw_ptr, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S,
+                  flag_ptr, D, HB, 0, 0)
+    out_desc.store([off_m, off_n], y)
+
+
+@triton.jit
+def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_ptr,
+                     qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S,
+                     flag_ptr, NQ, NK,
+                     D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                     NORM: tl.constexpr, ROPE: tl.constexpr, PERSISTENT: tl.constexpr,
+                     NUM_SMS: tl.constexpr, UPCAST: tl.constexpr = False,
+                     PDL: tl.constexpr = 0):
+    pdl.wait_for_predecessor(PDL)
+    num_m = tl.cdiv(M, BM)
+    num_n = tl.cdiv(N, BN)
+    if PERSISTENT:
+        for t in tl.range(tl.program_id(0), num_m * num_n, NUM_SMS, flatten=True):
+            pid_m, pid_n = _tile_of(t, num_m, num_n, 8)
+            _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
+                  qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
+                  NQ, NK, D, BM, BN, BK, NORM, ROPE, UPCAST)
+    else:
+        pid_m, pid_n = _tile_of(tl.program_id(0), num_m, num_n, 8)
+        _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
+              qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
+              NQ, NK, D, BM, BN, BK, NORM, ROPE, UPCAST)
+
+
+def covers(head_dim, rope, rotary_dim) -> bool:
+    """Heads this launch covers: a power of two in [16, 256], no RoPE or rotate-half RoPE over
+    the whole head (the halves split in registers)."""
+    return (TensorDescriptor is not None and 16 <= head_dim <= 256
+            and head_dim & (head_dim - 1) == 0 and rope in ("none", "half")
+            and (rope == "none" or rotary_dim == head_dim))
+
+
+def config_fits(cfg, parts, head_dim) -> bool:
+    """A config's BN holds whole heads of one part: it is a multiple of the head size and
+    divides each part's width."""
+    bn = cfg[1]
+    return bn % head_dim == 0 and all(n % bn == 0 for n in parts)
+
+
+def candidates(parts, head_dim):
+    """The configs the tuner may time for these part widths (none: the plan is not offered).
+    The interpreter runs one small config of one head per tile."""
+    if tuning.interpreting():
+        return [(32, head_dim, 32, 4, 1, False)]
+    return [c for c in CONFIGS if config_fits(c, parts, head_dim)]
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_norm_weight,
+           cos, sin, seq, head_dim, norm, eps, eps_k, rope, cfg):
+    """out16 [M, Nq + Nk + Nv] fp16 = the copies of q, k, v: x16 [M, K] @ w16 [N, K]^T (fp16,
+    row-major, rows 16-byte aligned) times tok_inv [M] and feat_inv [N], then per-head norm and
+    RoPE on the q and k columns (``parts`` = (Nq, Nk, Nv)); raises ``flag`` by the range rule.
+    cos/sin: [B, S, D]-broadcast views (None without RoPE)."""
+    bm, bn, bk, nw, ns, persistent = cfg
+    m, k = x16.shape
+    n = w16.shape[0]
+    nq, nk, nv = parts
+    if (x16.dtype != torch.float16 or w16.dtype != torch.float16 or w16.shape[1] != k
+            or n != nq + nk + nv or out16.shape != (m, n) or out16.dtype != torch.float16
+            or not config_fits(cfg, parts, head_dim)
+            or not covers(head_dim, rope, head_dim if rope != "none" else 0)):
+        raise ValueError(f"proj_rope.launch: operands or config {cfg} not covered")
+    for t in (x16, w16, out16):
+        if t.stride(-1) != 1 or (t.stride(0) * 2) % 16 or t.data_ptr() % 16:
+            raise ValueError("proj_rope.launch: rows must be 16-byte aligned, unit column "
+                             "stride")
+    a_desc = TensorDescriptor.from_tensor(x16, [bm, bk])
+    b_desc = TensorDescriptor.from_tensor(w16, [bn, bk])
+    o_desc = TensorDescriptor.from_tensor(out16, [bm, bn])
+    if rope != "none":
+        cs = (cos.stride(0), cos.stride(1), cos.stride(2))
+    else:
+        cos = sin = tok_inv
+        cs = (0, 0, 0)
+    qw = q_norm_weight if norm != "none" else tok_inv
+    kw = k_norm_weight if norm != "none" else tok_inv
+    tiles = cdiv(m, bm) * cdiv(n, bn)
+    sms = _sm_count(x16.device) if x16.is_cuda else 4
+    grid = (min(tiles, sms),) if persistent else (tiles,)
+    proj_rope_kernel[grid](
+        a_desc, b_desc, o_desc, m, n, k, tok_inv, feat_inv, qw, kw, float(eps),
+        float(eps if eps_k is None else eps_k), cos, sin, *cs, seq, flag, nq, nk,
+        D=head_dim, BM=bm, BN=bn, BK=bk, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
+        PERSISTENT=bool(persistent), NUM_SMS=sms, UPCAST=tuning.interpreting(),
+        num_warps=nw, num_stages=ns, **pdl.launch_options(x16.device))
