@@ -6,7 +6,8 @@ to check a kernel on the GPU where measurement alone would not pick it.
 
 A candidate is taken when it is a tuple whose first item is the tag (e.g. ("overlap", 64, 128,
 4, 2)) or one of whose flags equals it (e.g. "roll2" for (64, 64, 4, 3, "roll2", "gp4")); the
-first such candidate of each choice is used, the others are timed as usual. Tags joined by "+"
+first such candidate of each choice is used, the others are timed as usual. A named candidate
+(a plan: ``--tag f16tma``) is taken when it equals the tag. Tags joined by "+"
 must all match (``--tag staged+pp+gp4``: the packed ping-pong, not the packed flash.py configs).
 """
 import argparse
@@ -26,6 +27,8 @@ def main():
     tags = a.tag.split("+")
 
     def matches(c):
+        if isinstance(c, str):      # a named candidate (e.g. the plan "f16tma")
+            return c == a.tag
         return (isinstance(c, tuple) and c
                 and all(t == c[0] or t in c[4:] for t in tags))
 
