@@ -438,7 +438,7 @@ def _instructions(sass: str) -> list:
     """The instruction stream without addresses and encodings."""
     import re
     return [re.sub(r"^\s*/\*[0-9a-f]+\*/\s*", "", line).split(";")[0]
-            for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+            for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
 
 
 def _without_param_offsets(instructions: list) -> list:
