@@ -34,7 +34,7 @@ import triton.language as tl
 
 from . import pdl, tuning
 from .host import cdiv
-from .qk_epilogue import FP16_MIN_NORMAL, NORM_CODES, ROPE_CODES, _weighted_b
+from .qk_epilogue import FP16_MIN_NORMAL, NORM_CODES, ROPE_CODES, norm_rope_halves
 
 try:
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -67,27 +67,8 @@ def _part(x, rows, m_ok, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag
     HALF: tl.constexpr = D // 2
     x4 = tl.permute(tl.reshape(x, [BM, HB, 2, HALF]), [0, 1, 3, 2])
     x1, x2 = tl.split(x4)                                   # [BM, HB, HALF] each
-    c = tl.arange(0, HALF)
-    if NORM != 0:
-        ms = (tl.sum(x1 * x1, axis=2) + tl.sum(x2 * x2, axis=2)) / D
-        rs = (1.0 / tl.sqrt(ms + eps))[:, :, None]
-        x1 = _weighted_b(x1, rs, tl.load(w_ptr + c).to(tl.float32)[None, None, :],
-                         tl.float32, NORM)
-        x2 = _weighted_b(x2, rs, tl.load(w_ptr + c + HALF).to(tl.float32)[None, None, :],
-                         tl.float32, NORM)
-    if ROPE != 0:
-        bi = rows // S
-        cso = (bi.to(tl.int64) * cs_b + (rows - bi * S) * cs_s)[:, None]
-        cm = m_ok[:, None]
-        c1 = tl.load(cos_ptr + cso + c[None, :] * cs_d, mask=cm, other=1.0).to(tl.float32)
-        s1 = tl.load(sin_ptr + cso + c[None, :] * cs_d, mask=cm, other=0.0).to(tl.float32)
-        c2 = tl.load(cos_ptr + cso + (c + HALF)[None, :] * cs_d, mask=cm, other=1.0).to(
-            tl.float32)
-        s2 = tl.load(sin_ptr + cso + (c + HALF)[None, :] * cs_d, mask=cm, other=0.0).to(
-            tl.float32)
-        y1 = x1 * c1[:, None, :] + (-x2) * s1[:, None, :]
-        x2 = x2 * c2[:, None, :] + x1 * s2[:, None, :]
-        x1 = y1
+    x1, x2 = norm_rope_halves(x1, x2, rows, m_ok, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s,
+                              cs_d, S, D, tl.float32, NORM, ROPE)
     h1 = x1.to(tl.float16)
     h2 = x2.to(tl.float16)
     # qk_epilogue._store16's rule per (token, head) row; rows past M hold zeros

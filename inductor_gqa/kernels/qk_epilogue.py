@@ -383,6 +383,21 @@ def _tokens(x_ptr, w_ptr, n_tok, H, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, c
         fmax = tl.where(hmask, tl.maximum(tl.max(f1, 1), tl.max(f2, 1)), 0.0)
         bad = (amax > 0.0) & (amax < tok_inv[:, None] * fmax[None, :] * FP16_MIN_NORMAL)
         tl.atomic_max(flag_ptr + tl.zeros_like(amax).to(tl.int32), 1, mask=bad)
+    x1, x2 = norm_rope_halves(x1, x2, t, tmask, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s,
+                              cs_d, S, D, DT, NORM, ROPE)
+    offs = ((t.to(tl.int64) * H)[:, None, None] + h[None, :, None]) * D + c[None, None, :]
+    _store16_pair(x16_ptr, offs, offs + HALF, x1, x2, m3, flag_ptr)
+
+
+@triton.jit
+def norm_rope_halves(x1, x2, t, tmask, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S,
+                     D: tl.constexpr, DT: tl.constexpr, NORM: tl.constexpr,
+                     ROPE: tl.constexpr):
+    """Per-head norm and rotate-half RoPE of head rows held as [tokens, heads, D/2] halves
+    (tokens ``t``, valid where ``tmask``), in the eager order; the token-major epilogue's and
+    proj_rope.py's fused one's."""
+    HALF: tl.constexpr = D // 2
+    c = tl.arange(0, HALF)
     if NORM != 0:
         ms = (tl.sum(x1 * x1, axis=2) + tl.sum(x2 * x2, axis=2)) / D
         rs = (1.0 / tl.sqrt(ms + eps))[:, :, None]
@@ -402,8 +417,7 @@ def _tokens(x_ptr, w_ptr, n_tok, H, S, pid, eps, cos_ptr, sin_ptr, cs_b, cs_s, c
         y1 = x1 * c1[:, None, :] + (-x2) * s1[:, None, :]
         x2 = x2 * c2[:, None, :] + x1 * s2[:, None, :]
         x1 = y1
-    offs = ((t.to(tl.int64) * H)[:, None, None] + h[None, :, None]) * D + c[None, None, :]
-    _store16_pair(x16_ptr, offs, offs + HALF, x1, x2, m3, flag_ptr)
+    return x1, x2
 
 
 @triton.jit

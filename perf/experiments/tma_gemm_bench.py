@@ -25,17 +25,22 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from inductor_gqa.kernels import tuning
+from inductor_gqa.kernels.proj_rope import _tile_of
 from inductor_gqa.lower import fp16_plans
 
 E = 1024
 
 
 @triton.jit
-def _tile_of(t, num_m, num_n, GROUP_M: tl.constexpr):
-    per_group = GROUP_M * num_n
-    first_m = (t // per_group) * GROUP_M
-    group_m = min(num_m - first_m, GROUP_M)
-    return first_m + (t % per_group) % group_m, (t % per_group) // group_m
+def _gemm_tile(a_desc, b_desc, c_desc, t, num_m, num_n, K, BM: tl.constexpr,
+               BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+    pid_m, pid_n = _tile_of(t, num_m, num_n, GROUP_M)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for ki in range(tl.cdiv(K, BK)):
+        a = a_desc.load([pid_m * BM, ki * BK])
+        b = b_desc.load([pid_n * BN, ki * BK])
+        acc = tl.dot(a, b.T, acc)
+    c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))
 
 
 @triton.jit
@@ -44,24 +49,12 @@ def gemm_tma_kernel(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.co
                     NUM_SMS: tl.constexpr):
     num_m = tl.cdiv(M, BM)
     num_n = tl.cdiv(N, BN)
-    k_tiles = tl.cdiv(K, BK)
     if PERSISTENT:
         for t in tl.range(tl.program_id(0), num_m * num_n, NUM_SMS, flatten=True):
-            pid_m, pid_n = _tile_of(t, num_m, num_n, GROUP_M)
-            acc = tl.zeros((BM, BN), tl.float32)
-            for ki in range(k_tiles):
-                a = a_desc.load([pid_m * BM, ki * BK])
-                b = b_desc.load([pid_n * BN, ki * BK])
-                acc = tl.dot(a, b.T, acc)
-            c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))
+            _gemm_tile(a_desc, b_desc, c_desc, t, num_m, num_n, K, BM, BN, BK, GROUP_M)
     else:
-        pid_m, pid_n = _tile_of(tl.program_id(0), num_m, num_n, GROUP_M)
-        acc = tl.zeros((BM, BN), tl.float32)
-        for ki in range(k_tiles):
-            a = a_desc.load([pid_m * BM, ki * BK])
-            b = b_desc.load([pid_n * BN, ki * BK])
-            acc = tl.dot(a, b.T, acc)
-        c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))
+        _gemm_tile(a_desc, b_desc, c_desc, tl.program_id(0), num_m, num_n, K, BM, BN, BK,
+                   GROUP_M)
 
 
 CONFIGS = [  # (BM, BN, BK, warps, stages, persistent)

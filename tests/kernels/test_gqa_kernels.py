@@ -818,11 +818,12 @@ def test_f16_products_under_high(fp16_products, causal, mask, probs, s, norm):
         _close_high(p, ref_p, 2e-3)
 
 
-@pytest.mark.parametrize("how", ["overflow", "tiny_products"])
-def test_f16_products_fall_back(fp16_products, how):
-    """The guarded float32 path of f16proj16 recomputes the products (a guarded GEMM on the
-    scaled copies, float32 output) before finishing q, k, v: k beyond fp16's range after the
-    scales are undone, or products too small for fp16's normal range (``_check_scaled16``)."""
+def _out_of_range_block(how):
+    """(spec, inputs, reference out, reference probs) of a block whose fp16 copies leave fp16's
+    range: "overflow" (k beyond it once the operand scales are undone; the reference is of the
+    unscaled weights, the same products) or "tiny" (token 3 of batch 0 one-hot on feature 0 and
+    column 0 of Wq 2^-20 of the rows' largest weights: that token's q products ~2^-19 after
+    scaling and its q rows ~2^-23, below fp16's normal range)."""
     spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, rope="half", rotary_dim=16,
                      core="explicit", scale=1.0, return_probs=True)
     t = _inputs(spec, 2, 13, 64, F32)
@@ -831,18 +832,29 @@ def test_f16_products_fall_back(fp16_products, how):
             ref, ref_p = attention_block_reference(**t, spec=spec)
         t.update(wq=t["wq"] * 2.0 ** -18, wk=t["wk"] * 2.0 ** 18)
     else:
-        # token 3 of batch 0 is one-hot on feature 0, and column 0 of Wq is 2^-20 of the rows'
-        # largest weights: its q products are ~2^-19 after scaling, below fp16's normal range
         t["x"][0, 3] = 0.0
         t["x"][0, 3, 0] = 1.0
         t["wq"][:, 0] = t["wq"].abs().amax(1) * 2.0 ** -20
         with torch.no_grad():
             ref, ref_p = attention_block_reference(**t, spec=spec)
+    return spec, t, ref, ref_p
+
+
+def _fell_back_and_matches(spec, t, ref, ref_p, flags):
     out, p = block.run_block(dict(t), spec)
-    assert fp16_products["products"] and fp16_products["flags"][-1].item() == 1
+    assert flags and flags[-1].item() == 1
     assert torch.isfinite(out).all() and torch.isfinite(p).all()
     _close_high(p, ref_p, 2e-3)
     _close_high(out, ref, 1e-3 * ref.abs().max().item())
+
+
+@pytest.mark.parametrize("how", ["overflow", "tiny"])
+def test_f16_products_fall_back(fp16_products, how):
+    """The guarded float32 path of f16proj16 recomputes the products (a guarded GEMM on the
+    scaled copies, float32 output) before finishing q, k, v: k beyond fp16's range after the
+    scales are undone, or products too small for fp16's normal range (``_check_scaled16``)."""
+    _fell_back_and_matches(*_out_of_range_block(how), fp16_products["flags"])
+    assert fp16_products["products"]
 
 
 def test_scaled_fp16_products_range_rule():
@@ -1000,26 +1012,8 @@ def test_f16_fused_projection_falls_back(fused_projection, how):
     """The fused launch raises the range flag (k beyond fp16's range once the scales are undone,
     or a head row whose largest value is below fp16's normal range) and the guarded float32
     path redoes the block from products of its own (a guarded GEMM on the scaled copies)."""
-    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, rope="half", rotary_dim=16,
-                     core="explicit", scale=1.0, return_probs=True)
-    t = _inputs(spec, 2, 13, 64, F32)
-    if how == "overflow":
-        with torch.no_grad():
-            ref, ref_p = attention_block_reference(**t, spec=spec)
-        t.update(wq=t["wq"] * 2.0 ** -18, wk=t["wk"] * 2.0 ** 18)
-    else:
-        # token 3 of batch 0 is one-hot on feature 0 and column 0 of Wq is 2^-20 of the rows'
-        # largest weights: that token's q rows are ~2^-23, below fp16's normal range
-        t["x"][0, 3] = 0.0
-        t["x"][0, 3, 0] = 1.0
-        t["wq"][:, 0] = t["wq"].abs().amax(1) * 2.0 ** -20
-        with torch.no_grad():
-            ref, ref_p = attention_block_reference(**t, spec=spec)
-    out, p = block.run_block(dict(t), spec)
-    assert fused_projection["launches"] >= 1 and fused_projection["flags"][-1].item() == 1
-    assert torch.isfinite(out).all() and torch.isfinite(p).all()
-    _close_high(p, ref_p, 2e-3)
-    _close_high(out, ref, 1e-3 * ref.abs().max().item())
+    _fell_back_and_matches(*_out_of_range_block(how), fused_projection["flags"])
+    assert fused_projection["launches"] >= 1
 
 
 def test_f16_fused_projection_offered_where_it_covers(fused_projection):
