@@ -773,35 +773,31 @@ def test_cached_staged_choice_outside_its_scope_runs_the_pair(tf32_allowed, monk
     _close_high(p, ref_p, 2e-3)
 
 
-@pytest.fixture
-def fp16_products(monkeypatch, fp16_projections):
-    """The f16proj16 plan (the Q/K/V GEMM writing fp16), taken by the plan choice (f16proj is
-    the first plan under the interpreter). Yields the list of (range flag, fp16 product) pairs
-    the block made, to check that the plan ran and whether it fell back."""
-    monkeypatch.delenv("INDUCTOR_GQA_FP16_QKV_OUT", raising=False)     # offered by default
+def _force_plan(monkeypatch, plan):
+    """The plan choice forced to ``plan`` wherever it is offered; returns the list of range
+    flags the block makes (to check that no fallback, or one, ran)."""
     pick = tuning.pick
-    monkeypatch.setattr(tuning, "pick", lambda key, cands, run: "f16proj16"
-                        if key[0] == "plan" and "f16proj16" in cands else pick(key, cands, run))
-    made = {"flags": [], "products": []}
-    range_flag, mm = fp16_plans._range_flag, fp16_plans._mm16_out16
+    monkeypatch.setattr(tuning, "pick", lambda key, cands, run: plan
+                        if key[0] == "plan" and plan in cands else pick(key, cands, run))
+    flags = []
+    range_flag = fp16_plans._range_flag
 
     def spy_flag(x):
-        made["flags"].append(range_flag(x))
-        return made["flags"][-1]
-
-    def spy_mm(a, b):
-        made["products"].append(mm(a, b))
-        return made["products"][-1]
+        flags.append(range_flag(x))
+        return flags[-1]
     monkeypatch.setattr(fp16_plans, "_range_flag", spy_flag)
-    monkeypatch.setattr(fp16_plans, "_mm16_out16", spy_mm)
-    yield made
+    return flags
 
 
-@pytest.mark.parametrize("causal,mask,probs,s,norm", [(False, "none", True, 17, "none"),
-                                                     (True, "none", True, 33, "none"),
-                                                     (True, "additive", False, 21, "none"),
-                                                     (False, "none", True, 17, "fp32_weight")])
-def test_f16_products_under_high(fp16_products, causal, mask, probs, s, norm):
+# (causal, mask, probs, S, norm) of the fp16-operand plans' block tests
+PLAN_CASES = [(False, "none", True, 17, "none"), (True, "none", True, 33, "none"),
+              (True, "additive", False, 21, "none"), (False, "none", True, 17, "fp32_weight")]
+
+
+def _matches_without_fallback(case, flags):
+    """The block of ``case`` against the eager reference, with the range flag left clear; the
+    same bounds as f16proj (a rounding of the products to fp16 more does not change them)."""
+    causal, mask, probs, s, norm = case
     spec = _w075_spec(causal, mask, probs)
     if norm != "none":      # the norm's roundings stay in float32 behind fp16 products
         spec = dataclasses.replace(spec, norm=norm, eps=1e-6)
@@ -810,12 +806,32 @@ def test_f16_products_under_high(fp16_products, causal, mask, probs, s, norm):
     with torch.no_grad():
         ref, ref_p = attention_block_reference(**t, spec=spec)
     out, p = block.run_block(dict(t), spec)
-    assert fp16_products["products"][-1].dtype == torch.float16
-    assert fp16_products["flags"][-1].item() == 0       # no fallback
-    # one rounding more than f16proj (the products to fp16): the same bounds hold
+    assert flags and flags[-1].item() == 0       # no fallback
     _close_high(out, ref, 1e-3 * ref.abs().max().item())
     if probs:
         _close_high(p, ref_p, 2e-3)
+
+
+@pytest.fixture
+def fp16_products(monkeypatch, fp16_projections):
+    """The f16proj16 plan (the Q/K/V GEMM writing fp16), taken by the plan choice. Yields the
+    range flags and the fp16 products the block made, to check that the plan ran and whether
+    it fell back."""
+    monkeypatch.delenv("INDUCTOR_GQA_FP16_QKV_OUT", raising=False)     # offered by default
+    made = {"flags": _force_plan(monkeypatch, "f16proj16"), "products": []}
+    mm = fp16_plans._mm16_out16
+
+    def spy_mm(a, b):
+        made["products"].append(mm(a, b))
+        return made["products"][-1]
+    monkeypatch.setattr(fp16_plans, "_mm16_out16", spy_mm)
+    yield made
+
+
+@pytest.mark.parametrize("case", PLAN_CASES)
+def test_f16_products_under_high(fp16_products, case):
+    _matches_without_fallback(case, fp16_products["flags"])
+    assert fp16_products["products"][-1].dtype == torch.float16
 
 
 def _out_of_range_block(how):
@@ -969,42 +985,20 @@ def fused_projection(monkeypatch, fp16_projections):
     the fused launches it ran."""
     from inductor_gqa.kernels import proj_rope
     monkeypatch.delenv("INDUCTOR_GQA_FUSED_PROJECTION", raising=False)
-    pick = tuning.pick
-    monkeypatch.setattr(tuning, "pick", lambda key, cands, run: "f16tma"
-                        if key[0] == "plan" and "f16tma" in cands else pick(key, cands, run))
-    made = {"flags": [], "launches": 0}
-    range_flag, launch = fp16_plans._range_flag, proj_rope.launch
-
-    def spy_flag(x):
-        made["flags"].append(range_flag(x))
-        return made["flags"][-1]
+    made = {"flags": _force_plan(monkeypatch, "f16tma"), "launches": 0}
+    launch = proj_rope.launch
 
     def spy_launch(*args, **kw):
         made["launches"] += 1
         return launch(*args, **kw)
-    monkeypatch.setattr(fp16_plans, "_range_flag", spy_flag)
     monkeypatch.setattr(proj_rope, "launch", spy_launch)
     yield made
 
 
-@pytest.mark.parametrize("causal,mask,probs,s,norm", [(False, "none", True, 17, "none"),
-                                                     (True, "none", True, 33, "none"),
-                                                     (True, "additive", False, 21, "none"),
-                                                     (False, "none", True, 17, "fp32_weight")])
-def test_f16_fused_projection_under_high(fused_projection, causal, mask, probs, s, norm):
-    spec = _w075_spec(causal, mask, probs)
-    if norm != "none":
-        spec = dataclasses.replace(spec, norm=norm, eps=1e-6)
-    t = _inputs(spec, 2, s, 64, F32, mask_shape=(mask, None))
-    t["x"][0, 1] = 0.0                              # a zero row: scale 1, exact zero products
-    with torch.no_grad():
-        ref, ref_p = attention_block_reference(**t, spec=spec)
-    out, p = block.run_block(dict(t), spec)
+@pytest.mark.parametrize("case", PLAN_CASES)
+def test_f16_fused_projection_under_high(fused_projection, case):
+    _matches_without_fallback(case, fused_projection["flags"])
     assert fused_projection["launches"] >= 1
-    assert fused_projection["flags"][-1].item() == 0     # no fallback
-    _close_high(out, ref, 1e-3 * ref.abs().max().item())
-    if probs:
-        _close_high(p, ref_p, 2e-3)
 
 
 @pytest.mark.parametrize("how", ["overflow", "tiny"])
