@@ -281,15 +281,27 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
         q, k, *tail, tokens=c, **dict(copies_kw, wo=None)))
     qk_norm_rope_(q, k, *tail, tokens=tokens, **copies_kw)
     wo16_ready = wo16_after_epilogue(wo_mode, o16, flag, d, wo16_ready)
-    if out16:
-        # the float32 fallback's own scaled products (written only if the flag is raised)
-        qkv32 = torch.empty(qkv.shape, device=x.device, dtype=torch.float32)
-        q, k, v = (qkv32[:, a:z] for a, z in cuts)
+    # with fp16 products the float32 fallback makes its own (a guarded GEMM)
+    return _attend_and_project(t, spec, qkv if not out16 else None, x16, w16, cuts, scales,
+                               copies, o16, wo16_ready, tail, eps_k_value, mask, scale_value,
+                               prec)
+
+
+def _attend_and_project(t, spec, qkv32, x16, w16, cuts, scales, copies, o16, wo16_ready, tail,
+                        eps_k_value, mask, scale_value, prec):
+    """The fp16-copies plans' attention and o_proj, with the float32 fallback's q, k, v (column
+    slices of ``qkv32``, the scaled float32 products) finished in place only if the range flag
+    was raised (by a copy, or by the fp16-operand attention's output: hence after its
+    launches). ``qkv32`` None: the plan kept no float32 products, and a guarded GEMM on the
+    fp16 operand copies (exact products, float32 accumulation) makes them first."""
+    b, s = t["x"].shape[:2]
+    remake = qkv32 is None
+    if remake:      # written only if the flag is raised
+        qkv32 = torch.empty((b * s, cuts[-1][1]), device=x16.device, dtype=torch.float32)
+    q, k, v = (qkv32[:, a:z] for a, z in cuts)
 
     def finish_fp32():
-        # the float32 fallback's q, k, v: finished in place only if the flag was raised (by a
-        # copy, or by the fp16-operand attention's output: hence after its launches)
-        if out16:   # fp16 operands: exact products, float32 accumulation
+        if remake:
             _guarded_gemm(x16, w16, qkv32, "tf32", copies[3])
         qk_norm_rope_(q, k, *tail, eps_k=eps_k_value, scales=scales, store32=True, guard=2,
                       v=v, flag=copies[3])
@@ -329,22 +341,11 @@ def _run_f16tma(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
         wo16_(o16[1], o16[2], flag, d)
     wo16_ready = wo16_after_epilogue(wo_mode, o16, flag, d, wo16_ready)
     copies = tuple(qkv16[:, a:z] for a, z in cuts) + (flag,)
-    # the float32 fallback's products and their finish, written only if the flag is raised
-    qkv32 = torch.empty((b * s, sum(parts)), device=x.device, dtype=torch.float32)
-    q, k, v = (qkv32[:, a:z] for a, z in cuts)
     tail = (t["q_norm_weight"], t["k_norm_weight"], cos, sin, b, s, h, hk, d, spec.norm,
             eps_value, spec.rope, spec.rotary_dim)
-
-    def finish_fp32():
-        _guarded_gemm(x16, w16, qkv32, "tf32", flag)
-        qk_norm_rope_(q, k, *tail, eps_k=eps_k_value, scales=(x_inv, q_inv, k_inv, v_inv),
-                      store32=True, guard=2, v=v, flag=flag)
-
-    pending = []
-    o, probs = attention(q, k, v, mask, spec, b, s, scale_value, False, f16=copies,
-                         out16=o16[0] if o16 else None, before_fallback=finish_fp32,
-                         deferred=pending)
-    return o_proj(t, spec, o, probs, prec, o16, copies, pending, wo16_ready)
+    return _attend_and_project(t, spec, None, x16, w16, cuts, (x_inv, q_inv, k_inv, v_inv),
+                               copies, o16, wo16_ready, tail, eps_k_value, mask, scale_value,
+                               prec)
 
 
 def _epilogue_form(spec, n_tok, out16, run):
