@@ -34,7 +34,7 @@ import triton.language as tl
 
 from . import pdl, tuning
 from .host import cdiv
-from .qk_epilogue import FP16_MIN_NORMAL, NORM_CODES, ROPE_CODES, norm_rope_halves
+from .qk_epilogue import NORM_CODES, ROPE_CODES, bad_rows16, norm_rope_halves
 
 try:
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -71,13 +71,10 @@ def _part(x, rows, m_ok, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag
                               cs_d, S, D, tl.float32, NORM, ROPE)
     h1 = x1.to(tl.float16)
     h2 = x2.to(tl.float16)
-    # qk_epilogue._store16's rule per (token, head) row; rows past M hold zeros
-    over = (~(tl.abs(h1.to(tl.float32)) < float("inf"))).to(tl.int32) | \
-        (~(tl.abs(h2.to(tl.float32)) < float("inf"))).to(tl.int32)
-    rmax = tl.maximum(tl.max(tl.abs(x1), axis=2), tl.max(tl.abs(x2), axis=2))
-    tiny = (rmax > 0.0) & (rmax < FP16_MIN_NORMAL)
-    bad = (tiny | (tl.max(over, axis=2) != 0)) & m_ok[:, None]
-    tl.atomic_max(flag_ptr + tl.zeros_like(rmax).to(tl.int32), 1, mask=bad)
+    # the range rule per (token, head) row; rows past M (zeros, or NaN after a norm with eps 0)
+    # are left out once per row, not per element
+    bad = bad_rows16(x1, x2, h1, h2, tl.full(x1.shape, 1, tl.int1)) & m_ok[:, None]
+    tl.atomic_max(flag_ptr + tl.zeros_like(bad).to(tl.int32), 1, mask=bad)
     y = tl.reshape(tl.permute(tl.join(h1, h2), [0, 1, 3, 2]), [BM, HB * D])
     return y
 

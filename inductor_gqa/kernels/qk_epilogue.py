@@ -77,15 +77,23 @@ def _store16_pair(x16_ptr, offs1, offs2, x1, x2, m2, flag_ptr):
     """``_store16`` for a row held as two column halves (same rule, rows over both halves)."""
     h1 = x1.to(tl.float16)
     h2 = x2.to(tl.float16)
+    bad = bad_rows16(x1, x2, h1, h2, m2)
+    tl.store(x16_ptr + offs1, h1, mask=m2)
+    tl.store(x16_ptr + offs2, h2, mask=m2)
+    tl.atomic_max(flag_ptr + tl.zeros(bad.shape, tl.int32), 1, mask=bad)
+
+
+@triton.jit
+def bad_rows16(x1, x2, h1, h2, m2):
+    """``_store16``'s rule for rows held as two halves along the last axis (x1, x2 float32, h1,
+    h2 their fp16 copies, within mask ``m2``): where a row's copy holds a value that is not
+    finite, or the row is nonzero with its largest value below fp16's smallest normal."""
     a1 = tl.where(m2, tl.abs(x1), 0.0)
     a2 = tl.where(m2, tl.abs(x2), 0.0)
     over = _not_fp16_finite(h1, m2).to(tl.int32) | _not_fp16_finite(h2, m2).to(tl.int32)
     rmax = tl.maximum(tl.max(a1, axis=-1), tl.max(a2, axis=-1))
     tiny = (rmax > 0.0) & (rmax < FP16_MIN_NORMAL)
-    tl.store(x16_ptr + offs1, h1, mask=m2)
-    tl.store(x16_ptr + offs2, h2, mask=m2)
-    bad = tiny | (tl.max(over, axis=-1) != 0)
-    tl.atomic_max(flag_ptr + tl.zeros_like(rmax).to(tl.int32), 1, mask=bad)
+    return tiny | (tl.max(over, axis=-1) != 0)
 
 
 @triton.jit
