@@ -41,6 +41,11 @@ try:
 except ImportError:     # an older Triton: the fused plan is not offered
     TensorDescriptor = None
 
+try:
+    from triton.language.extra.cuda import libdevice
+except ImportError:     # pragma: no cover
+    libdevice = None
+
 # (BM, BN, BK, warps, stages, persistent). H200, W075's Q/K/V shape as a plain fp16 GEMM
 # (perf/experiments/tma_gemm_bench.py): 64x64 one tile per program best up to ~1024 rows,
 # 128x128 / 128x256 persistent from ~2048, within 0-12% of cuBLAS. With the epilogue, 128x128
@@ -59,16 +64,26 @@ def _tile_of(t, num_m, num_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _part(x, rows, m_ok, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
-          D: tl.constexpr, HB: tl.constexpr, NORM: tl.constexpr, ROPE: tl.constexpr):
+def _part(x, rows, m_ok, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr, c, s,
+          D: tl.constexpr, HB: tl.constexpr, NORM: tl.constexpr, ROPE: tl.constexpr,
+          ANGLES: tl.constexpr):
     """Norm and RoPE of a [BM, HB * D] tile of unscaled products (HB heads of one part), the
-    range rule per head row; returns the fp16 tile."""
+    range rule per head row; returns the fp16 tile. ``ANGLES``: cos/sin are ``c``/``s``
+    ([BM, 1, D/2], computed in registers by ``_cos_sin``) instead of table loads."""
     BM: tl.constexpr = x.shape[0]
     HALF: tl.constexpr = D // 2
     x4 = tl.permute(tl.reshape(x, [BM, HB, 2, HALF]), [0, 1, 3, 2])
     x1, x2 = tl.split(x4)                                   # [BM, HB, HALF] each
-    x1, x2 = norm_rope_halves(x1, x2, rows, m_ok, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s,
-                              cs_d, S, D, tl.float32, NORM, ROPE)
+    if ANGLES:
+        x1, x2 = norm_rope_halves(x1, x2, rows, m_ok, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s,
+                                  cs_d, S, D, tl.float32, NORM, 0)
+        if ROPE != 0:   # cat((f, f)) tables: both halves rotate by the same angle
+            y1 = x1 * c + (-x2) * s
+            x2 = x2 * c + x1 * s
+            x1 = y1
+    else:
+        x1, x2 = norm_rope_halves(x1, x2, rows, m_ok, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s,
+                                  cs_d, S, D, tl.float32, NORM, ROPE)
     h1 = x1.to(tl.float16)
     h2 = x2.to(tl.float16)
     # the range rule per (token, head) row; rows past M (zeros, or NaN after a norm with eps 0)
@@ -80,45 +95,92 @@ def _part(x, rows, m_ok, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag
 
 
 @triton.jit
+def _cos_sin(rows, m_ok, pos_ptr, pos_b, pos_s, inv_ptr, S, HALF: tl.constexpr,
+             FAST: tl.constexpr):
+    """cos/sin [BM, 1, HALF] of the angles position * inv_freq (the exact float32 products
+    the eager model takes cos/sin of), for rotate-half RoPE over tables cat((f, f)). ``FAST``:
+    reduced by 2*pi in two FMA steps (the product k * 2pi is exact inside the FMA), then the
+    hardware's sin/cos approximation (absolute error ~2^-21 on [-pi, pi]): ~1e-6 from eager's
+    values, 1/500 of an fp16 copy's rounding; without it (the interpreter), tl.cos / tl.sin."""
+    bi = rows // S
+    pos = tl.load(pos_ptr + bi.to(tl.int64) * pos_b + (rows - bi * S).to(tl.int64) * pos_s,
+                  mask=m_ok, other=0).to(tl.float32)
+    f = tl.load(inv_ptr + tl.arange(0, HALF))
+    ang = pos[:, None, None] * f[None, None, :]
+    if FAST:
+        k = libdevice.rint(ang * 0.15915494309189535)
+        r = tl.fma(k, -6.2831854820251465, ang)     # float32(2 pi)
+        r = tl.fma(k, 1.7484556000744883e-07, r)    # 2 pi - float32(2 pi)
+        return libdevice.fast_cosf(r), libdevice.fast_sinf(r)
+    return tl.cos(ang), tl.sin(ang)
+
+
+@triton.jit
 def _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
           qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
-          NQ, NK, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-          NORM: tl.constexpr, ROPE: tl.constexpr, UPCAST: tl.constexpr):
+          NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D: tl.constexpr, BM: tl.constexpr,
+          BN: tl.constexpr, BK: tl.constexpr, NORM: tl.constexpr, ROPE: tl.constexpr,
+          A32: tl.constexpr, ANGLES: tl.constexpr, UPCAST: tl.constexpr):
     off_m = pid_m * BM
     off_n = pid_n * BN
     acc = tl.zeros((BM, BN), tl.float32)
+    amax = tl.zeros((BM,), tl.float32)
     for ki in range(tl.cdiv(K, BK)):
         a = a_desc.load([off_m, ki * BK])
         b = b_desc.load([off_n, ki * BK])
+        if A32:     # float32 x, rounded to fp16 here (no scaled copy); its rows' maxima
+            amax = tl.maximum(amax, tl.max(tl.abs(a), 1))
+            a = a.to(tl.float16)
         if UPCAST:      # the interpreter's 16-bit dot is not exact
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b.T, acc)
     rows = off_m + tl.arange(0, BM)
     m_ok = rows < M
-    tok_inv = tl.load(tok_inv_ptr + rows, mask=m_ok, other=1.0)
     feat_inv = tl.load(feat_inv_ptr + off_n + tl.arange(0, BN))
-    x = acc * tok_inv[:, None] * feat_inv[None, :]
+    if A32:
+        x = acc * feat_inv[None, :]
+        if pid_n == 0:
+            # x's own range rule: a nonzero row below fp16's normal range (its values would
+            # lose precision as subnormals) or beyond its largest finite value; the float32
+            # fallback's finisher reads token scales of 1 (x was not scaled)
+            bad_x = (((amax > 0.0) & (amax < 6.103515625e-05)) | (amax > 65504.0)) & m_ok
+            tl.atomic_max(flag_ptr + tl.zeros_like(rows), 1, mask=bad_x)
+            tl.store(tok_inv_ptr + rows, tl.full((BM,), 1.0, tl.float32), mask=m_ok)
+    else:
+        tok_inv = tl.load(tok_inv_ptr + rows, mask=m_ok, other=1.0)
+        x = acc * tok_inv[:, None] * feat_inv[None, :]
     HB: tl.constexpr = BN // D
+    HALF: tl.constexpr = D // 2
+    if ANGLES:
+        if off_n < NQ + NK:
+            c, s = _cos_sin(rows, m_ok, pos_ptr, pos_b, pos_s, inv_ptr, S, HALF, not UPCAST)
+        else:
+            c = tl.zeros((BM, 1, HALF), tl.float32)
+            s = c
+    else:
+        c = 0.0
+        s = 0.0
     if off_n < NQ:
         y = _part(x, rows, m_ok, qw_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
-                  D, HB, NORM, ROPE)
+                  c, s, D, HB, NORM, ROPE, ANGLES)
     elif off_n < NQ + NK:
         y = _part(x, rows, m_ok, kw_ptr, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S,
-                  flag_ptr, D, HB, NORM, ROPE)
+                  flag_ptr, c, s, D, HB, NORM, ROPE, ANGLES)
     else:
         y = _part(x, rows, m_ok, kw_ptr, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S,
-                  flag_ptr, D, HB, 0, 0)
+                  flag_ptr, c, s, D, HB, 0, 0, ANGLES)
     out_desc.store([off_m, off_n], y)
 
 
 @triton.jit
 def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_ptr,
                      qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S,
-                     flag_ptr, NQ, NK,
+                     flag_ptr, NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr,
                      D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                      NORM: tl.constexpr, ROPE: tl.constexpr, PERSISTENT: tl.constexpr,
-                     NUM_SMS: tl.constexpr, UPCAST: tl.constexpr = False,
+                     NUM_SMS: tl.constexpr, A32: tl.constexpr = False,
+                     ANGLES: tl.constexpr = False, UPCAST: tl.constexpr = False,
                      PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
     num_m = tl.cdiv(M, BM)
@@ -128,12 +190,14 @@ def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_pt
             pid_m, pid_n = _tile_of(t, num_m, num_n, 8)
             _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
                   qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
-                  NQ, NK, D, BM, BN, BK, NORM, ROPE, UPCAST)
+                  NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM, ROPE, A32,
+                  ANGLES, UPCAST)
     else:
         pid_m, pid_n = _tile_of(tl.program_id(0), num_m, num_n, 8)
         _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
               qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
-              NQ, NK, D, BM, BN, BK, NORM, ROPE, UPCAST)
+              NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM, ROPE, A32, ANGLES,
+              UPCAST)
 
 
 def covers(head_dim, rope, rotary_dim) -> bool:
@@ -151,9 +215,10 @@ def config_fits(cfg, parts, head_dim) -> bool:
     return bn % head_dim == 0 and all(n % bn == 0 for n in parts)
 
 
-def candidates(parts, head_dim):
+def candidates(parts, head_dim, x32=False):
     """The configs the tuner may time for these part widths (none: the plan is not offered).
-    The interpreter runs one small config of one head per tile."""
+    The interpreter runs one small config of one head per tile. ``x32``: x read as float32
+    (its stages take twice the shared memory; all of these fit an H200 block)."""
     if tuning.interpreting():
         return [(32, head_dim, 32, 4, 1, False)]
     return [c for c in CONFIGS if config_fits(c, parts, head_dim)]
@@ -165,22 +230,30 @@ def _sm_count(device) -> int:
 
 
 def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_norm_weight,
-           cos, sin, seq, head_dim, norm, eps, eps_k, rope, cfg):
+           cos, sin, seq, head_dim, norm, eps, eps_k, rope, cfg, angles=None):
     """out16 [M, Nq + Nk + Nv] fp16 = the copies of q, k, v: x16 [M, K] @ w16 [N, K]^T (fp16,
     row-major, rows 16-byte aligned) times tok_inv [M] and feat_inv [N], then per-head norm and
     RoPE on the q and k columns (``parts`` = (Nq, Nk, Nv)); raises ``flag`` by the range rule.
-    cos/sin: [B, S, D]-broadcast views (None without RoPE)."""
+    cos/sin: [B, S, D]-broadcast views (None without RoPE).
+
+    x16 may be float32 instead (x itself, not scaled): the launch rounds it to fp16 as it reads
+    it, applies x's range rule per row (``_tile``) and writes ``tok_inv`` = 1 for the fallback.
+    ``angles`` = (inv_freq [D/2] float32, position_ids [B, S] integer): cos/sin of
+    rotate-half RoPE over tables cat((f, f)) are computed in the launch from them (``_cos_sin``)
+    instead of loaded (the tables stay the fallback's)."""
     bm, bn, bk, nw, ns, persistent = cfg
     m, k = x16.shape
     n = w16.shape[0]
     nq, nk, nv = parts
-    if (x16.dtype != torch.float16 or w16.dtype != torch.float16 or w16.shape[1] != k
+    a32 = x16.dtype == torch.float32
+    if (x16.dtype not in (torch.float16, torch.float32) or w16.dtype != torch.float16
+            or w16.shape[1] != k
             or n != nq + nk + nv or out16.shape != (m, n) or out16.dtype != torch.float16
             or not config_fits(cfg, parts, head_dim)
             or not covers(head_dim, rope, head_dim if rope != "none" else 0)):
         raise ValueError(f"proj_rope.launch: operands or config {cfg} not covered")
     for t in (x16, w16, out16):
-        if t.stride(-1) != 1 or (t.stride(0) * 2) % 16 or t.data_ptr() % 16:
+        if t.stride(-1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
             raise ValueError("proj_rope.launch: rows must be 16-byte aligned, unit column "
                              "stride")
     a_desc = TensorDescriptor.from_tensor(x16, [bm, bk])
@@ -191,6 +264,17 @@ def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_nor
     else:
         cos = sin = tok_inv
         cs = (0, 0, 0)
+    if angles is not None:
+        inv_freq, pos = angles
+        if (rope != "half" or inv_freq.dtype != torch.float32 or inv_freq.numel() * 2 != head_dim
+                or pos.dim() != 2 or pos.shape[0] * pos.shape[1] != m or pos.shape[1] != seq
+                or pos.dtype.is_floating_point):
+            raise ValueError("proj_rope.launch: angles need rotate-half RoPE over the head, "
+                             "float32 inv_freq [D/2] and integer position_ids [B, S]")
+        inv_freq = inv_freq.reshape(-1).contiguous()
+        pos_args = (pos, pos.stride(0), pos.stride(1), inv_freq)
+    else:
+        pos_args = (tok_inv, 0, 0, tok_inv)
     qw = q_norm_weight if norm != "none" else tok_inv
     kw = k_norm_weight if norm != "none" else tok_inv
     tiles = cdiv(m, bm) * cdiv(n, bn)
@@ -198,7 +282,8 @@ def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_nor
     grid = (min(tiles, sms),) if persistent else (tiles,)
     proj_rope_kernel[grid](
         a_desc, b_desc, o_desc, m, n, k, tok_inv, feat_inv, qw, kw, float(eps),
-        float(eps if eps_k is None else eps_k), cos, sin, *cs, seq, flag, nq, nk,
+        float(eps if eps_k is None else eps_k), cos, sin, *cs, seq, flag, nq, nk, *pos_args,
         D=head_dim, BM=bm, BN=bn, BK=bk, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
-        PERSISTENT=bool(persistent), NUM_SMS=sms, UPCAST=tuning.interpreting(),
-        num_warps=nw, num_stages=ns, **pdl.launch_options(x16.device))
+        PERSISTENT=bool(persistent), NUM_SMS=sms, A32=a32, ANGLES=angles is not None,
+        UPCAST=tuning.interpreting(), num_warps=nw, num_stages=ns,
+        **pdl.launch_options(x16.device))
