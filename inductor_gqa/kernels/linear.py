@@ -51,8 +51,6 @@ def _mainloop(X, W, offs_m, offs_n, m_ok, n_ok, K, sx_m, sw_n, PREC: tl.constexp
         if UPCAST:
             x = x.to(tl.float32)
             w = w.to(tl.float32)
-        if w.dtype != x.dtype:      # float32 x, fp16 weight copy (the f16tma32 fallback)
-            w = w.to(x.dtype)
         acc = tl.dot(x, tl.trans(w), acc, input_precision=PREC)
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K

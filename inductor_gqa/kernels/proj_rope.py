@@ -120,17 +120,13 @@ def _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_pt
           qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
           NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D: tl.constexpr, BM: tl.constexpr,
           BN: tl.constexpr, BK: tl.constexpr, NORM: tl.constexpr, ROPE: tl.constexpr,
-          A32: tl.constexpr, ANGLES: tl.constexpr, UPCAST: tl.constexpr):
+          ANGLES: tl.constexpr, UPCAST: tl.constexpr):
     off_m = pid_m * BM
     off_n = pid_n * BN
     acc = tl.zeros((BM, BN), tl.float32)
-    amax = tl.zeros((BM,), tl.float32)
     for ki in range(tl.cdiv(K, BK)):
         a = a_desc.load([off_m, ki * BK])
         b = b_desc.load([off_n, ki * BK])
-        if A32:     # float32 x, rounded to fp16 here (no scaled copy); its rows' maxima
-            amax = tl.maximum(amax, tl.max(tl.abs(a), 1))
-            a = a.to(tl.float16)
         if UPCAST:      # the interpreter's 16-bit dot is not exact
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -138,18 +134,8 @@ def _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_pt
     rows = off_m + tl.arange(0, BM)
     m_ok = rows < M
     feat_inv = tl.load(feat_inv_ptr + off_n + tl.arange(0, BN))
-    if A32:
-        x = acc * feat_inv[None, :]
-        if pid_n == 0:
-            # x's own range rule: a nonzero row below fp16's normal range (its values would
-            # lose precision as subnormals) or beyond its largest finite value; the float32
-            # fallback's finisher reads token scales of 1 (x was not scaled)
-            bad_x = (((amax > 0.0) & (amax < 6.103515625e-05)) | (amax > 65504.0)) & m_ok
-            tl.atomic_max(flag_ptr + tl.zeros_like(rows), 1, mask=bad_x)
-            tl.store(tok_inv_ptr + rows, tl.full((BM,), 1.0, tl.float32), mask=m_ok)
-    else:
-        tok_inv = tl.load(tok_inv_ptr + rows, mask=m_ok, other=1.0)
-        x = acc * tok_inv[:, None] * feat_inv[None, :]
+    tok_inv = tl.load(tok_inv_ptr + rows, mask=m_ok, other=1.0)
+    x = acc * tok_inv[:, None] * feat_inv[None, :]
     HB: tl.constexpr = BN // D
     HALF: tl.constexpr = D // 2
     if ANGLES:
@@ -179,8 +165,8 @@ def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_pt
                      flag_ptr, NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr,
                      D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                      NORM: tl.constexpr, ROPE: tl.constexpr, PERSISTENT: tl.constexpr,
-                     NUM_SMS: tl.constexpr, A32: tl.constexpr = False,
-                     ANGLES: tl.constexpr = False, UPCAST: tl.constexpr = False,
+                     NUM_SMS: tl.constexpr, ANGLES: tl.constexpr = False,
+                     UPCAST: tl.constexpr = False,
                      PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
     num_m = tl.cdiv(M, BM)
@@ -190,13 +176,13 @@ def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_pt
             pid_m, pid_n = _tile_of(t, num_m, num_n, 8)
             _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
                   qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
-                  NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM, ROPE, A32,
-                  ANGLES, UPCAST)
+                  NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM, ROPE, ANGLES,
+                  UPCAST)
     else:
         pid_m, pid_n = _tile_of(tl.program_id(0), num_m, num_n, 8)
         _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
               qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
-              NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM, ROPE, A32, ANGLES,
+              NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM, ROPE, ANGLES,
               UPCAST)
 
 
@@ -215,10 +201,9 @@ def config_fits(cfg, parts, head_dim) -> bool:
     return bn % head_dim == 0 and all(n % bn == 0 for n in parts)
 
 
-def candidates(parts, head_dim, x32=False):
+def candidates(parts, head_dim):
     """The configs the tuner may time for these part widths (none: the plan is not offered).
-    The interpreter runs one small config of one head per tile. ``x32``: x read as float32
-    (its stages take twice the shared memory; all of these fit an H200 block)."""
+    The interpreter runs one small config of one head per tile."""
     if tuning.interpreting():
         return [(32, head_dim, 32, 4, 1, False)]
     return [c for c in CONFIGS if config_fits(c, parts, head_dim)]
@@ -235,9 +220,6 @@ def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_nor
     row-major, rows 16-byte aligned) times tok_inv [M] and feat_inv [N], then per-head norm and
     RoPE on the q and k columns (``parts`` = (Nq, Nk, Nv)); raises ``flag`` by the range rule.
     cos/sin: [B, S, D]-broadcast views (None without RoPE).
-
-    x16 may be float32 instead (x itself, not scaled): the launch rounds it to fp16 as it reads
-    it, applies x's range rule per row (``_tile``) and writes ``tok_inv`` = 1 for the fallback.
     ``angles`` = (inv_freq [D/2] float32, position_ids [B, S] integer): cos/sin of
     rotate-half RoPE over tables cat((f, f)) are computed in the launch from them (``_cos_sin``)
     instead of loaded (the tables stay the fallback's)."""
@@ -245,15 +227,13 @@ def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_nor
     m, k = x16.shape
     n = w16.shape[0]
     nq, nk, nv = parts
-    a32 = x16.dtype == torch.float32
-    if (x16.dtype not in (torch.float16, torch.float32) or w16.dtype != torch.float16
-            or w16.shape[1] != k
+    if (x16.dtype != torch.float16 or w16.dtype != torch.float16 or w16.shape[1] != k
             or n != nq + nk + nv or out16.shape != (m, n) or out16.dtype != torch.float16
             or not config_fits(cfg, parts, head_dim)
             or not covers(head_dim, rope, head_dim if rope != "none" else 0)):
         raise ValueError(f"proj_rope.launch: operands or config {cfg} not covered")
     for t in (x16, w16, out16):
-        if t.stride(-1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
+        if t.stride(-1) != 1 or (t.stride(0) * 2) % 16 or t.data_ptr() % 16:
             raise ValueError("proj_rope.launch: rows must be 16-byte aligned, unit column "
                              "stride")
     a_desc = TensorDescriptor.from_tensor(x16, [bm, bk])
@@ -284,6 +264,6 @@ def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_nor
         a_desc, b_desc, o_desc, m, n, k, tok_inv, feat_inv, qw, kw, float(eps),
         float(eps if eps_k is None else eps_k), cos, sin, *cs, seq, flag, nq, nk, *pos_args,
         D=head_dim, BM=bm, BN=bn, BK=bk, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
-        PERSISTENT=bool(persistent), NUM_SMS=sms, A32=a32, ANGLES=angles is not None,
+        PERSISTENT=bool(persistent), NUM_SMS=sms, ANGLES=angles is not None,
         UPCAST=tuning.interpreting(), num_warps=nw, num_stages=ns,
         **pdl.launch_options(x16.device))

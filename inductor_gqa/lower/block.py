@@ -160,8 +160,6 @@ def _run(t, spec):
             plans.insert(1, "f16proj16")
         if fp16_plans.f16_fused_offered(spec, x):
             plans.insert(plans.index("f16"), "f16tma")
-            if fp16_plans.f16_fused_x32_offered(x):
-                plans.insert(plans.index("f16"), "f16tma32")
     plan = tuning.pick(key + (tuple(plans),), plans, lambda p: _run_plan(t, spec, p, *args))
     return _run_plan(t, spec, plan, *args)
 
@@ -171,11 +169,10 @@ def _run_plan(t, spec, plan, cos, sin, mask, eps_value, eps_k_value, scale_value
     x = t["x"]
     b, s, _ = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-    if plan in ("f16proj", "f16proj16", "f16tma", "f16tma32"):  # scale_rows builds the tables
-        fused = {"f16tma": True, "f16tma32": "x32"}.get(plan, False)
+    if plan in ("f16proj", "f16proj16", "f16tma"):  # scale_rows also builds the tables
         return fp16_plans.run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value,
                                       scale_value, prec, table, out16=plan == "f16proj16",
-                                      fused=fused)
+                                      fused=plan == "f16tma")
     if table is not None:
         table.launch()
     dt = x.dtype

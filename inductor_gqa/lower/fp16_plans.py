@@ -103,14 +103,6 @@ def f16_fused_offered(spec, x) -> bool:
     return tuning.interpreting()
 
 
-def f16_fused_x32_offered(x) -> bool:
-    """f16tma32: f16tma with the fused launch reading x as float32 (``_run_f16tma``'s x32),
-    offered beside f16tma where x's rows are 16-byte aligned (the copy engine).
-    INDUCTOR_GQA_FUSED_X32=0 turns it off."""
-    return (os.environ.get("INDUCTOR_GQA_FUSED_X32", "1") != "0"
-            and (x.shape[-1] * x.element_size()) % 16 == 0)
-
-
 def f16_operands_allowed(dt, prec) -> bool:
     """float32 blocks whose dots may use TF32 may run them on fp16 copies instead: the same
     10-bit significand, rounded to nearest, at twice the tensor-core rate (the copies fall back
@@ -260,10 +252,10 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     """The fp16-copies plan with the Q/K/V projections on fp16 copies as well (see
     ``f16_projections_offered``); ``table``: a RoPE TableJob its first launch also runs;
     ``out16``: the f16proj16 plan (``f16_products_offered``); ``fused``: the f16tma plan
-    (``f16_fused_offered``), "x32" its f16tma32 form (x read as float32 by the fused launch)."""
+    (``f16_fused_offered``)."""
     if fused:
         return _run_f16tma(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec,
-                           table, x32=fused == "x32")
+                           table)
     x = t["x"]
     b, s, e = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
@@ -321,22 +313,19 @@ def _attend_and_project(t, spec, qkv32, x16, w16, cuts, scales, copies, o16, wo1
     return o_proj(t, spec, o, probs, prec, o16, copies, pending, wo16_ready)
 
 
-def _run_f16tma(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec, table,
-                x32=False):
+def _run_f16tma(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec, table):
     """f16tma: scale_rows (fp16 operand copies, RoPE tables, the flag cleared), then one launch
     for the Q/K/V GEMM and the norm/RoPE epilogue writing the copies as column slices of one
     [B*S, Nq + Nk + Nv] buffer (``proj_rope``); the fallback's float32 products come from a
     guarded GEMM as in f16proj16. With RoPE tables built from inv_freq and position_ids, the
-    launch computes the angles' cos/sin itself (the tables are the fallback's). ``x32``: the
-    f16tma32 plan, where the launch reads x as float32 (rounding it to fp16 in registers, with
-    x's range rule) and scale_rows copies only the weights: x's copy is never written nor read
-    again."""
+    launch computes the angles' cos/sin itself (the tables are the fallback's;
+    INDUCTOR_GQA_FUSED_ANGLES=0 has it load them)."""
     x = t["x"]
     b, s, e = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     flag = _range_flag(x)
     x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]], flag,
-                                                         table, scale_x=not x32)
+                                                         table)
     q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
     parts = tuple(z - a for a, z in cuts)
     o16 = fp16_o_proj(t, spec, x)
@@ -353,8 +342,8 @@ def _run_f16tma(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
                          spec.rope, cfg, angles=angles)
 
     key = ("proj_rope", tuning.gemm_rows_bucket(b * s), parts, e, d, spec.norm, spec.rope,
-           x32, angles is not None)
-    run(tuning.pick(key, proj_rope.candidates(parts, d, x32), run))
+           angles is not None)
+    run(tuning.pick(key, proj_rope.candidates(parts, d), run))
     if wo_mode == 0 and o16 is not None:    # plain launches: Wo's copy in line
         wo16_(o16[1], o16[2], flag, d)
     wo16_ready = wo16_after_epilogue(wo_mode, o16, flag, d, wo16_ready)
@@ -384,12 +373,10 @@ def _epilogue_form(spec, n_tok, out16, run):
     return tuning.pick(key, list(qk_epilogue.TOKEN_CONFIGS) + [None], run)
 
 
-def _scaled_fp16_operands(x, ws, flag, table=None, target=fp16_rows.TARGET_EXP, scale_x=True):
+def _scaled_fp16_operands(x, ws, flag, table=None, target=fp16_rows.TARGET_EXP):
     """x [B, S, E] and the weights as fp16 copies with exact power-of-two row scales (each row's
     maximum in [2^target, 2^(target+1))): (x16 [B*S, E], x_inv, w16 [sum N, E], w_inv, cuts)
-    with the weights as row blocks of w16; the same launch sets ``flag`` to 0. ``scale_x``
-    False: x is left as it is (x16 is x as [B*S, E] float32, x_inv an unwritten [B*S] buffer
-    for its reader to fill: proj_rope's float32 form)."""
+    with the weights as row blocks of w16; the same launch sets ``flag`` to 0."""
     e = x.shape[-1]
     x2d = x.reshape(-1, e).contiguous()
     ws = [w.contiguous() for w in ws]
@@ -397,11 +384,7 @@ def _scaled_fp16_operands(x, ws, flag, table=None, target=fp16_rows.TARGET_EXP, 
     w16 = torch.empty((sum(n), e), device=x.device, dtype=torch.float16)
     w_inv = torch.empty((sum(n),), device=x.device, dtype=torch.float32)
     cuts = ((0, n[0]), (n[0], n[0] + n[1]), (n[0] + n[1], sum(n)))
-    w_outs = [(w16[a:z], w_inv[a:z]) for a, z in cuts]
-    if not scale_x:
-        fp16_rows.scale_rows(ws, w_outs, zero=flag, table=table, target=target)
-        x_inv = torch.empty((x2d.shape[0],), device=x.device, dtype=torch.float32)
-        return x2d, x_inv, w16, w_inv, cuts
-    (x16, x_inv), *_ = fp16_rows.scale_rows([x2d] + ws, [None] + w_outs, zero=flag, table=table,
-                                            target=target)
+    (x16, x_inv), *_ = fp16_rows.scale_rows(
+        [x2d] + ws, [None] + [(w16[a:z], w_inv[a:z]) for a, z in cuts], zero=flag, table=table,
+        target=target)
     return x16, x_inv, w16, w_inv, cuts

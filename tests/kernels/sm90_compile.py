@@ -176,12 +176,6 @@ def linear_jobs():
                      dict(X="*fp16", W="*fp16", BIAS="*fp16", Y="*fp32", FLAG="*i32"),
                      dict(HAS_BIAS=False, sy_n=1, GUARD=2, PREC="tf32", BLOCK_M=bm,
                           BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm), nw, ns))
-    # f16tma32's: float32 x, the weights' scaled fp16 copies
-    jobs.append(_job(f"linear {_GUARDED_GEMM} float32 x fp16 w guard=2",
-                     "inductor_gqa.kernels.linear", "linear_kernel",
-                     dict(X="*fp32", W="*fp16", BIAS="*fp16", Y="*fp32", FLAG="*i32"),
-                     dict(HAS_BIAS=False, sy_n=1, GUARD=2, PREC="tf32", BLOCK_M=bm,
-                          BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm), nw, ns))
     return jobs
 
 
@@ -353,26 +347,25 @@ def overlap_jobs():
 
 def proj_rope_jobs():
     """kernels/proj_rope.py (the Q/K/V GEMM with the norm/RoPE epilogue) for every candidate
-    config at W075's head (64, rotate-half RoPE), with a norm, and in the f16tma32 form (x read
-    as float32, cos/sin computed from the angles); the angles alone at one config."""
+    config at W075's head (64, rotate-half RoPE): cos/sin from the angles (the default where the
+    op gets inv_freq and positions), with a norm, and loaded from tables."""
     from inductor_gqa.kernels import proj_rope
 
     if proj_rope.TensorDescriptor is None:
         return []
     jobs = []
-    forms = [(0, False, False), (1, False, False), (0, True, True)]
-    for i, cfg in enumerate(proj_rope.CONFIGS):
+    for cfg in proj_rope.CONFIGS:
         bm, bn, bk, nw, ns, persistent = cfg
-        for norm, a32, angles in forms + ([(0, False, True)] if i == 0 else []):
-            types = dict(a_desc=f"tensordesc<{'fp32' if a32 else 'fp16'}[{bm}, {bk}]>",
+        for norm, angles in ((0, True), (1, True), (0, False)):
+            types = dict(a_desc=f"tensordesc<fp16[{bm}, {bk}]>",
                          b_desc=f"tensordesc<fp16[{bn}, {bk}]>",
                          out_desc=f"tensordesc<fp16[{bm}, {bn}]>", tok_inv_ptr="*fp32",
                          feat_inv_ptr="*fp32", qw_ptr="*fp32", kw_ptr="*fp32", eps="fp32",
                          eps_k="fp32", cos_ptr="*fp32", sin_ptr="*fp32", flag_ptr="*i32",
                          pos_ptr="*i64", inv_ptr="*fp32")
             consts = dict(D=64, BM=bm, BN=bn, BK=bk, NORM=norm, ROPE=1, PERSISTENT=persistent,
-                          NUM_SMS=132, cs_d=1, A32=a32, ANGLES=angles)
-            tag = (" x32" if a32 else "") + (" angles" if angles else "")
+                          NUM_SMS=132, cs_d=1, ANGLES=angles)
+            tag = " angles" if angles else " tables"
             jobs.append(_job(f"proj_rope {cfg} norm{norm}{tag}", "inductor_gqa.kernels.proj_rope",
                              "proj_rope_kernel", types, consts, nw, ns))
     return jobs

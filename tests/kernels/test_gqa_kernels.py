@@ -978,29 +978,32 @@ def test_rolling_in_the_block(tf32_allowed, monkeypatch, proj):
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=0)
 
 
-@pytest.fixture(params=["f16tma", "f16tma32"])
+@pytest.fixture(params=["angles", "tables"])
 def fused_projection(request, monkeypatch, fp16_projections):
     """The f16tma plan (the Q/K/V GEMM and the norm/RoPE epilogue in one launch,
-    kernels/proj_rope.py), or its f16tma32 form (x read as float32 by that launch), taken by
-    the plan choice. Yields the range flags the block made and the fused launches it ran."""
+    kernels/proj_rope.py), taken by the plan choice, with cos/sin from the angles (the default)
+    or loaded from the tables. Yields the range flags the block made and the fused launches
+    it ran."""
     from inductor_gqa.kernels import proj_rope
     monkeypatch.delenv("INDUCTOR_GQA_FUSED_PROJECTION", raising=False)
-    monkeypatch.delenv("INDUCTOR_GQA_FUSED_X32", raising=False)
-    made = {"flags": _force_plan(monkeypatch, request.param), "launches": 0,
-            "plan": request.param}
+    monkeypatch.setenv("INDUCTOR_GQA_FUSED_ANGLES", "1" if request.param == "angles" else "0")
+    made = {"flags": _force_plan(monkeypatch, "f16tma"), "launches": 0, "angles": 0}
     launch = proj_rope.launch
 
     def spy_launch(*args, **kw):
         made["launches"] += 1
+        made["angles"] += kw.get("angles") is not None
         return launch(*args, **kw)
     monkeypatch.setattr(proj_rope, "launch", spy_launch)
     yield made
 
 
 @pytest.mark.parametrize("case", PLAN_CASES)
-def test_f16_fused_projection_under_high(fused_projection, case):
+def test_f16_fused_projection_under_high(request, fused_projection, case):
     _matches_without_fallback(case, fused_projection["flags"])
     assert fused_projection["launches"] >= 1
+    angles = "angles" in request.node.callspec.id
+    assert (fused_projection["angles"] == fused_projection["launches"]) == angles
 
 
 @pytest.mark.parametrize("how", ["overflow", "tiny"])
@@ -1012,28 +1015,10 @@ def test_f16_fused_projection_falls_back(fused_projection, how):
     assert fused_projection["launches"] >= 1
 
 
-def test_f16_fused_x32_falls_back_on_tiny_x(fused_projection):
-    """f16tma32 rounds x to fp16 unscaled: a token whose x row is below fp16's normal range
-    raises the flag (x's own rule in the fused launch) and the float32 path redoes the block
-    (its guarded GEMM on float32 x)."""
-    if fused_projection["plan"] != "f16tma32":
-        pytest.skip("f16tma scales x's rows: no fallback there")
-    spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, rope="half", rotary_dim=16,
-                     core="explicit", scale=1.0, return_probs=True)
-    t = _inputs(spec, 2, 13, 64, F32)
-    t["x"][1, 5] *= 2.0 ** -22
-    with torch.no_grad():
-        ref, ref_p = attention_block_reference(**t, spec=spec)
-    _fell_back_and_matches(spec, t, ref, ref_p, fused_projection["flags"])
-    assert fused_projection["launches"] >= 1
-
-
 def test_f16_fused_projection_offered_where_it_covers(fused_projection):
     x = torch.zeros(1, 4, 64)
     spec = _w075_spec()
     assert fp16_plans.f16_fused_offered(spec, x)
-    assert fp16_plans.f16_fused_x32_offered(x)
-    assert not fp16_plans.f16_fused_x32_offered(torch.zeros(1, 4, 66))   # rows not 16-byte
     for other in (dataclasses.replace(spec, head_dim=24, rotary_dim=24),     # not a power of 2
                   dataclasses.replace(spec, rope="interleaved"),
                   dataclasses.replace(spec, rotary_dim=8)):                   # partial RoPE
