@@ -337,6 +337,9 @@ def main(argv=None) -> int:
     # choices made untimed inside a CUDA-graph capture (reported, not failed: a key the eager
     # first call never reached, as the norm/RoPE launch's choice was at e3adf91)
     doc["untimed_choices"] = tuning.untimed_report()
+    # the named choices' timings (plans, the fused projection's configs): choice noise between
+    # runs shows here (at 5637e55, 1024x2 took f16proj16 where a bench had f16tma 5% ahead)
+    doc["choices"] = tuning.choice_report()
     write_json(json_path, doc)
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write(stats.markdown_report(doc))

@@ -199,6 +199,16 @@ def untimed_report() -> dict:
     return {str(k): str(v) for k, v in UNTIMED.items()}
 
 
+def choice_report(named_only: bool = True, top: int = 4) -> dict:
+    """TIMINGS with printable keys, each choice's ``top`` fastest candidates in us, for the perf
+    scripts' JSON: which plan and projection config each bucket took, and by how much (a
+    choice that differs between runs is read off here). ``named_only``: the keys that start
+    with a name (the whole-block plan, proj_rope, the copies epilogue's form), not the many
+    kernel-config keys."""
+    return {str(k): [(str(c), round(ms * 1e3, 2)) for c, ms in v[:top]]
+            for k, v in TIMINGS.items() if not named_only or isinstance(k[0], str)}
+
+
 def clear():
     _CACHE.clear()
     TIMINGS.clear()

@@ -109,3 +109,17 @@ def test_choice_first_met_under_capture_runs_untimed_and_is_reported(monkeypatch
     monkeypatch.setattr(tuning, "_capturing", lambda: False)
     run = _script(monkeypatch, {"a": [2.0], "b": [1.0, 1.0]})
     assert tuning.pick("cap", ["a", "b"], run) == "b"
+
+
+def test_choice_report_gives_the_named_choices_fastest_first(monkeypatch, scripted):
+    """The perf job's record of which plan (and projection config) each bucket took: named
+    keys only, fastest first, in microseconds."""
+    run = _script(monkeypatch, {"a": [2.0, 2.0], "b": [1.0, 1.0], "c": [9.0]})
+    tuning.pick(("plan", 512), ["a", "b", "c"], run)
+    run = _script(monkeypatch, {"x": [3.0], "y": [1.0, 1.0]})
+    tuning.pick((64, 128), ["x", "y"], run)
+    report = tuning.choice_report()
+    assert list(report) == [str(("plan", 512))]
+    assert [c for c, _ in report[str(("plan", 512))]] == ["b", "a", "c"]
+    assert report[str(("plan", 512))][0][1] == 1000.0
+    assert str((64, 128)) in tuning.choice_report(named_only=False)
