@@ -15,10 +15,13 @@ Question: how close does this get to the fp16 GEMM on a ready x16? If the conver
 8192 rows is within ~5 us of the plain one (42.3 us in tma_gemm_7193f03.json) while the x pass
 costs ~13, the f16tma launch is worth porting to this form (its norm/RoPE epilogue as well).
 
-Prediction (before any GPU run): the conversion adds 48 KB of shared-memory traffic per
-128x128x64 step against ~32 KB the MMA reads, so the converting GEMM is shared-memory bound
-at ~1.2-1.3x the plain GEMM: 8192 rows ~50-55 us against 42 + 13 for the pass and the plain
-GEMM; small row counts (131-1024) within ~1 us of the plain GEMM, as latency rules there.
+Prediction (before any GPU run): per 128x128x64 step the plain GEMM moves ~80 KB through
+shared memory (the copy engine's 48 KB in, the MMA's operand reads) against 512 tensor-core
+cycles of MACs; the conversion adds 48 KB (32 KB read, 16 KB written) and the float32 tile's
+extra 16 KB in. If the MMA's operand reads share the 128 B/cycle of the load/store path, the
+converting GEMM is ~1.5-1.8x the plain one at 8192 rows (63-76 us against 42 + 13 for the
+pass and the plain GEMM: a loss); if they do not, ~1.1x (~47 us: a ~8 us win). Small row
+counts (131-1024) within ~1 us of the plain GEMM either way (latency).
 
     PYTHONPATH=$PWD python perf/experiments/x32_gemm_bench.py [--rows 131,...] [--out F]
     PYTHONPATH=$PWD python perf/experiments/x32_gemm_bench.py --compile   # sm_90 cubin on a CPU
