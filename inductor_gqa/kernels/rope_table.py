@@ -81,6 +81,7 @@ class TableJob:
         _check(inv_freq, position_ids, rotary_dim)
         b, s = position_ids.shape
         self.inv = inv_freq.reshape(-1).contiguous()
+        self.positions = position_ids
         self.cos = torch.empty((b, s, rotary_dim), device=self.inv.device, dtype=dtype)
         self.sin = torch.empty_like(self.cos)
         n_tok = b * s

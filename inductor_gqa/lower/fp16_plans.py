@@ -334,7 +334,7 @@ def _run_f16tma(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     angles = None
     if (table is not None and spec.rope == "half" and spec.rotary_dim == d
             and os.environ.get("INDUCTOR_GQA_FUSED_ANGLES", "1") != "0"):
-        angles = (table.inv, table.args[1])
+        angles = (table.inv, table.positions)
 
     def run(cfg):
         proj_rope.launch(x16, w16, x_inv, w_inv, qkv16, flag, parts, t["q_norm_weight"],

@@ -987,7 +987,8 @@ def fused_projection(request, monkeypatch, fp16_projections):
     from inductor_gqa.kernels import proj_rope
     monkeypatch.delenv("INDUCTOR_GQA_FUSED_PROJECTION", raising=False)
     monkeypatch.setenv("INDUCTOR_GQA_FUSED_ANGLES", "1" if request.param == "angles" else "0")
-    made = {"flags": _force_plan(monkeypatch, "f16tma"), "launches": 0, "angles": 0}
+    made = {"flags": _force_plan(monkeypatch, "f16tma"), "launches": 0, "angles": 0,
+            "cos_sin": request.param}
     launch = proj_rope.launch
 
     def spy_launch(*args, **kw):
@@ -999,11 +1000,11 @@ def fused_projection(request, monkeypatch, fp16_projections):
 
 
 @pytest.mark.parametrize("case", PLAN_CASES)
-def test_f16_fused_projection_under_high(request, fused_projection, case):
+def test_f16_fused_projection_under_high(fused_projection, case):
     _matches_without_fallback(case, fused_projection["flags"])
-    assert fused_projection["launches"] >= 1
-    angles = "angles" in request.node.callspec.id
-    assert (fused_projection["angles"] == fused_projection["launches"]) == angles
+    made = fused_projection
+    assert made["launches"] >= 1
+    assert made["angles"] == (made["launches"] if made["cos_sin"] == "angles" else 0)
 
 
 @pytest.mark.parametrize("how", ["overflow", "tiny"])
