@@ -28,7 +28,6 @@ counts (131-1024) within ~1 us of the plain GEMM either way (latency).
 """
 import argparse
 import json
-import statistics
 
 import torch
 import triton
@@ -148,14 +147,10 @@ def launch(x32, w16, c16, cfg):
                           STAGES=ns, GROUP_M=8, num_warps=nw)
 
 
-def t_us(fn):
-    from inductor_gqa.kernels import tuning
-    return statistics.median(tuning.time_ms(fn, reps=5) for _ in range(3)) * 1e3
-
-
 def bench(m, sms):
     import tma_gemm_bench          # this folder is sys.path[0]
     from inductor_gqa.kernels import fp16_rows
+    t_us = tma_gemm_bench.t_us     # the same timer as the plain GEMM's bench
     g = torch.Generator(device="cuda").manual_seed(m)
     x = torch.randn(m, E, device="cuda", generator=g)
     w16 = (torch.randn(N, E, device="cuda", generator=g) * 0.02).half()
