@@ -87,3 +87,49 @@ def test_refusals():
     assert not proj_rope.covers(24, "half", 24) and not proj_rope.covers(16, "half", 8)
     assert proj_rope.config_fits((64, 128, 64, 4, 4, False), (1024, 256, 256), 64)
     assert not proj_rope.config_fits((64, 128, 64, 4, 4, False), (1024, 192, 192), 64)
+
+
+@pytest.mark.parametrize("split", [2, 3])
+def test_split_k(split):
+    """Split-K: the tile's last program sums the partials in split order and runs the epilogue;
+    the counters are left zero, so the same counters serve the next launch; the result is the
+    unsplit launch's up to the partial sums' order, and repeatable bit for bit."""
+    b, s, h, hk, d = 1, 37, 4, 2, 32
+    x, ws, cos, sin, qn, kn, inv, pos = _case(b, s, 96, h, hk, d)
+    flag = torch.zeros(1, dtype=torch.int32)
+    x16, x_inv, w16, w_inv, cuts = fp16_plans._scaled_fp16_operands(x, ws, flag)
+    parts = tuple(z - a for a, z in cuts)
+    base = proj_rope.candidates(parts, d)[0]
+    args = (x16, w16, x_inv, w_inv)
+    rest = (flag, parts, qn, kn, cos, sin, s, d, "fp32_weight", 1e-6, 1e-5, "half")
+    ref = torch.empty((b * s, sum(parts)), dtype=torch.float16)
+    proj_rope.launch(*args, ref, *rest, base, angles=(inv, pos))
+    counters = torch.zeros(16, dtype=torch.int32)
+    outs = []
+    for _ in range(2):
+        out = torch.full_like(ref, float("nan"))
+        proj_rope.launch(*args, out, *rest, base + (split,), angles=(inv, pos),
+                         counters=counters)
+        assert not out.isnan().any() and not counters.any()
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    torch.testing.assert_close(outs[0].float(), ref.float(), atol=2e-3, rtol=2e-3)
+    assert flag.item() == 0
+    with pytest.raises(ValueError, match="counters"):
+        proj_rope.launch(*args, ref, *rest, base + (split,), angles=(inv, pos))
+    with pytest.raises(ValueError, match="counters"):       # more programs than k-steps (3)
+        proj_rope.launch(*args, ref, *rest, base + (4,), angles=(inv, pos), counters=counters)
+
+
+def test_split_configs_offered_for_short_rows_only(monkeypatch):
+    """The GPU's candidate list: split-K configs up to their row buckets, and counters for the
+    largest tile count among them."""
+    from inductor_gqa.kernels import tuning
+    monkeypatch.setattr(tuning, "interpreting", lambda: False)
+    parts = (1024, 256, 256)
+    splits = {r: sorted({proj_rope.split_of(c) for c in proj_rope.candidates(parts, 64, r)})
+              for r in (192, 768, 1024, 1536, 2048)}
+    assert splits == {192: [1, 2, 4], 768: [1, 2, 4], 1024: [1, 2], 1536: [1, 2], 2048: [1]}
+    assert proj_rope.counters_needed(192, parts, 64) == 3 * 24
+    assert proj_rope.counters_needed(2048, parts, 64) == 0
+    assert proj_rope.counters_needed(None, parts, 64) == 0
