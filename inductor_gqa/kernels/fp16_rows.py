@@ -72,14 +72,9 @@ def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3
     # the programs from e4 on build the RoPE tables (rope_table.table_rows): one launch fewer
     # (a 2-D grid sized by the longest matrix left most programs idle)
     pid = tl.program_id(0)
-    if ZERO == 1:
+    if ZERO:
         if pid == 0:
             tl.store(zero_ptr, 0)
-    elif ZERO > 1:      # the flag and a split-K GEMM's counters: ZERO words
-        if pid == 0:
-            for z in tl.static_range(0, ZERO, 1024):
-                zs = z + tl.arange(0, 1024)
-                tl.store(zero_ptr + zs, 0, mask=zs < ZERO)
     if pid < e1:
         _rows(x0, y0, i0, n0, K, pid, ROWS, BLOCK_K, TARGET)
     elif pid < e2:
@@ -99,9 +94,7 @@ def scale_rows(mats, outs=None, zero=None, table=None, target=TARGET_EXP, rows=N
     and the float32 reciprocals of their row scales (x == inv[:, None] * x16, up to fp16
     rounding). ``outs``: preallocated (x16, inv) per matrix, or None to allocate (contiguous;
     e.g. row blocks of one buffer, so that several weights become one GEMM operand). ``zero``:
-    a 1-D contiguous int32 tensor the launch sets to 0 (the fp16 plans' range flag, possibly
-    followed by a split-K GEMM's counters; its length is a compile-time constant, so keep the
-    lengths few). ``table``: a
+    a one-element int32 tensor the launch sets to 0 (the fp16 plans' range flag). ``table``: a
     ``rope_table.TableJob`` whose RoPE tables the same launch builds. ``target``: the exponent
     each row's maximum is scaled to (``TARGET_EXP``, or ``out16_target`` for fp16 products).
     ``rows`` (rows per program) and ``num_warps``: the launch shape, for benchmarks."""
@@ -123,11 +116,9 @@ def scale_rows(mats, outs=None, zero=None, table=None, target=TARGET_EXP, rows=N
             raise ValueError("scale_rows: outs must match the matrices (fp16 copy, fp32 [rows])")
     block_k = next_pow2(k)
     rows = rows or max(1, 4096 // block_k)
-    if zero is not None and (zero.dtype != torch.int32 or zero.dim() != 1
-                             or not 1 <= zero.numel() <= 8192 or not zero.is_contiguous()
+    if zero is not None and (zero.dtype != torch.int32 or zero.numel() != 1
                              or zero.device != mats[0].device):
-        raise ValueError("scale_rows: zero must be a contiguous 1-D int32 tensor of 1 to 8192 "
-                         "words on the device")
+        raise ValueError("scale_rows: zero must be a one-element int32 tensor on the device")
     args = []
     ends = []
     for i in range(4):
@@ -142,8 +133,7 @@ def scale_rows(mats, outs=None, zero=None, table=None, target=TARGET_EXP, rows=N
         targs, tconsts, tprog = (outs[0][1],) * 4 + (0, 1, 0, 0), {}, 0
     grid = (ends[-1] + tprog,)
     scale_rows_kernel[grid](*args, k, zero if zero is not None else outs[0][1], *ends, *targs,
-                            ROWS=rows, BLOCK_K=block_k, TARGET=int(target),
-                            ZERO=zero.numel() if zero is not None else 0,
+                            ROWS=rows, BLOCK_K=block_k, TARGET=int(target), ZERO=zero is not None,
                             **tconsts, num_warps=num_warps or (8 if block_k >= 4096 else 4),
                             **pdl.launch_options(mats[0].device))
     return outs

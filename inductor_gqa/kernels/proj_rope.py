@@ -46,19 +46,12 @@ try:
 except ImportError:     # pragma: no cover
     libdevice = None
 
-# (BM, BN, BK, warps, stages, persistent[, split]). H200, W075's Q/K/V shape as a plain fp16
-# GEMM (perf/experiments/tma_gemm_bench.py): 64x64 one tile per program best up to ~1024 rows,
+# (BM, BN, BK, warps, stages, persistent). H200, W075's Q/K/V shape as a plain fp16 GEMM
+# (perf/experiments/tma_gemm_bench.py): 64x64 one tile per program best up to ~1024 rows,
 # 128x128 / 128x256 persistent from ~2048, within 0-12% of cuBLAS. With the epilogue, 128x128
 # on 4 warps and 128x256 spill on sm_90 (255 registers); these do not
 CONFIGS = [(64, 64, 64, 4, 4, False), (64, 128, 64, 4, 4, False), (64, 128, 64, 4, 3, False),
            (128, 128, 64, 8, 4, True), (128, 128, 64, 8, 3, True), (128, 128, 64, 8, 4, False)]
-# split K (the 7th field: programs per output tile) for short M, where each program's K loop is
-# a long dependent chain and few SMs have a tile (131 rows: 72 programs of 64x64 for 132 SMs)
-SPLIT_CONFIGS = [(64, 64, 64, 4, 4, False, 2), (64, 64, 64, 4, 4, False, 4),
-                 (64, 128, 64, 4, 4, False, 2), (64, 128, 64, 4, 4, False, 4)]
-# the largest row bucket (tuning.gemm_rows_bucket) each split is offered at: the partials'
-# bytes grow with M * N * split
-SPLIT_MAX_ROWS = {2: 1536, 4: 768}
 
 
 @triton.jit
@@ -123,11 +116,21 @@ def _cos_sin(rows, m_ok, pos_ptr, pos_b, pos_s, inv_ptr, S, HALF: tl.constexpr,
 
 
 @triton.jit
-def _epilogue(acc, out_desc, off_m, off_n, M, tok_inv_ptr, feat_inv_ptr, qw_ptr, kw_ptr, eps,
-              eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr, NQ, NK, pos_ptr, pos_b,
-              pos_s, inv_ptr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-              NORM: tl.constexpr, ROPE: tl.constexpr, ANGLES: tl.constexpr,
-              UPCAST: tl.constexpr):
+def _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
+          qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
+          NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D: tl.constexpr, BM: tl.constexpr,
+          BN: tl.constexpr, BK: tl.constexpr, NORM: tl.constexpr, ROPE: tl.constexpr,
+          ANGLES: tl.constexpr, UPCAST: tl.constexpr):
+    off_m = pid_m * BM
+    off_n = pid_n * BN
+    acc = tl.zeros((BM, BN), tl.float32)
+    for ki in range(tl.cdiv(K, BK)):
+        a = a_desc.load([off_m, ki * BK])
+        b = b_desc.load([off_n, ki * BK])
+        if UPCAST:      # the interpreter's 16-bit dot is not exact
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b.T, acc)
     rows = off_m + tl.arange(0, BM)
     m_ok = rows < M
     feat_inv = tl.load(feat_inv_ptr + off_n + tl.arange(0, BN))
@@ -157,64 +160,13 @@ def _epilogue(acc, out_desc, off_m, off_n, M, tok_inv_ptr, feat_inv_ptr, qw_ptr,
 
 
 @triton.jit
-def _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
-          qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
-          NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, ws_ptr, cnt_ptr, tile, part,
-          D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-          NORM: tl.constexpr, ROPE: tl.constexpr, ANGLES: tl.constexpr, UPCAST: tl.constexpr,
-          SPLIT: tl.constexpr):
-    off_m = pid_m * BM
-    off_n = pid_n * BN
-    n_k = tl.cdiv(K, BK)
-    if SPLIT > 1:
-        per = tl.cdiv(n_k, SPLIT)
-        k_lo = part * per
-        k_hi = tl.minimum(n_k, k_lo + per)
-    else:
-        k_lo = 0
-        k_hi = n_k
-    acc = tl.zeros((BM, BN), tl.float32)
-    for ki in range(k_lo, k_hi):
-        a = a_desc.load([off_m, ki * BK])
-        b = b_desc.load([off_n, ki * BK])
-        if UPCAST:      # the interpreter's 16-bit dot is not exact
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a, b.T, acc)
-    if SPLIT > 1:
-        # split K: each program stores its float32 partial; the tile's last program to arrive
-        # (an acquire-release counter) sums the partials in split order (bitwise repeatable),
-        # resets the counter for the next launch and runs the epilogue
-        r = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
-        first = ws_ptr + (tile * SPLIT).to(tl.int64) * (BM * BN)
-        tl.store(first + part * (BM * BN) + r, acc)
-        tl.debug_barrier()
-        # a scalar atomic: one thread performs it and broadcasts the result, so every thread
-        # takes the same branch
-        done = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if done == SPLIT - 1:
-            tl.debug_barrier()
-            total = tl.zeros((BM, BN), tl.float32)
-            for p in tl.static_range(SPLIT):
-                total += tl.load(first + p * (BM * BN) + r, cache_modifier=".cg")
-            tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
-            _epilogue(total, out_desc, off_m, off_n, M, tok_inv_ptr, feat_inv_ptr, qw_ptr,
-                      kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr, NQ,
-                      NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, NORM, ROPE, ANGLES, UPCAST)
-    else:
-        _epilogue(acc, out_desc, off_m, off_n, M, tok_inv_ptr, feat_inv_ptr, qw_ptr, kw_ptr,
-                  eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr, NQ, NK, pos_ptr,
-                  pos_b, pos_s, inv_ptr, D, BM, BN, NORM, ROPE, ANGLES, UPCAST)
-
-
-@triton.jit
 def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_ptr,
                      qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S,
-                     flag_ptr, NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, ws_ptr, cnt_ptr,
+                     flag_ptr, NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr,
                      D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                      NORM: tl.constexpr, ROPE: tl.constexpr, PERSISTENT: tl.constexpr,
                      NUM_SMS: tl.constexpr, ANGLES: tl.constexpr = False,
-                     UPCAST: tl.constexpr = False, SPLIT: tl.constexpr = 1,
+                     UPCAST: tl.constexpr = False,
                      PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
     num_m = tl.cdiv(M, BM)
@@ -224,17 +176,14 @@ def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_pt
             pid_m, pid_n = _tile_of(t, num_m, num_n, 8)
             _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
                   qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
-                  NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, ws_ptr, cnt_ptr, t, 0, D, BM, BN,
-                  BK, NORM, ROPE, ANGLES, UPCAST, 1)
+                  NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM, ROPE, ANGLES,
+                  UPCAST)
     else:
-        # SPLIT programs per output tile, consecutive (they start together)
-        tile = tl.program_id(0) // SPLIT
-        pid_m, pid_n = _tile_of(tile, num_m, num_n, 8)
+        pid_m, pid_n = _tile_of(tl.program_id(0), num_m, num_n, 8)
         _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
               qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
-              NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, ws_ptr, cnt_ptr, tile,
-              tl.program_id(0) - tile * SPLIT, D, BM, BN, BK, NORM, ROPE, ANGLES, UPCAST,
-              SPLIT)
+              NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM, ROPE, ANGLES,
+              UPCAST)
 
 
 def covers(head_dim, rope, rotary_dim) -> bool:
@@ -252,26 +201,12 @@ def config_fits(cfg, parts, head_dim) -> bool:
     return bn % head_dim == 0 and all(n % bn == 0 for n in parts)
 
 
-def split_of(cfg) -> int:
-    """Programs per output tile of a config (1: no split)."""
-    return cfg[6] if len(cfg) > 6 else 1
-
-
-def candidates(parts, head_dim, rows=None):
-    """The configs the tuner may time for these part widths (none: the plan is not offered);
-    split-K configs where ``rows`` (the row bucket the choice is keyed by) is short enough. The interpreter runs one small config
-    of one head per tile."""
+def candidates(parts, head_dim):
+    """The configs the tuner may time for these part widths (none: the plan is not offered).
+    The interpreter runs one small config of one head per tile."""
     if tuning.interpreting():
         return [(32, head_dim, 32, 4, 1, False)]
-    split = [c for c in SPLIT_CONFIGS if rows is not None and rows <= SPLIT_MAX_ROWS[c[6]]]
-    return [c for c in CONFIGS + split if config_fits(c, parts, head_dim)]
-
-
-def counters_needed(rows, parts, head_dim) -> int:
-    """Counter words a split-K launch of ``candidates(parts, head_dim, rows)`` may use at up to
-    ``rows`` rows: its output tiles (0 when no split config is offered)."""
-    cfgs = [c for c in candidates(parts, head_dim, rows) if split_of(c) > 1]
-    return max((cdiv(rows, c[0]) * cdiv(sum(parts), c[1]) for c in cfgs), default=0)
+    return [c for c in CONFIGS if config_fits(c, parts, head_dim)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -280,18 +215,15 @@ def _sm_count(device) -> int:
 
 
 def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_norm_weight,
-           cos, sin, seq, head_dim, norm, eps, eps_k, rope, cfg, angles=None, counters=None):
+           cos, sin, seq, head_dim, norm, eps, eps_k, rope, cfg, angles=None):
     """out16 [M, Nq + Nk + Nv] fp16 = the copies of q, k, v: x16 [M, K] @ w16 [N, K]^T (fp16,
     row-major, rows 16-byte aligned) times tok_inv [M] and feat_inv [N], then per-head norm and
     RoPE on the q and k columns (``parts`` = (Nq, Nk, Nv)); raises ``flag`` by the range rule.
     cos/sin: [B, S, D]-broadcast views (None without RoPE).
     ``angles`` = (inv_freq [D/2] float32, position_ids [B, S] integer): cos/sin of
     rotate-half RoPE over tables cat((f, f)) are computed in the launch from them (``_cos_sin``)
-    instead of loaded (the tables stay the fallback's).
-    ``counters``: int32 words, zero, at least one per output tile: a split-K config (``cfg``'s
-    7th field) counts its programs' partials there and leaves them zero again."""
-    bm, bn, bk, nw, ns, persistent = cfg[:6]
-    split = split_of(cfg)
+    instead of loaded (the tables stay the fallback's)."""
+    bm, bn, bk, nw, ns, persistent = cfg
     m, k = x16.shape
     n = w16.shape[0]
     nq, nk, nv = parts
@@ -327,20 +259,11 @@ def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_nor
     kw = k_norm_weight if norm != "none" else tok_inv
     tiles = cdiv(m, bm) * cdiv(n, bn)
     sms = _sm_count(x16.device) if x16.is_cuda else 4
-    grid = (min(tiles, sms),) if persistent else (tiles * split,)
-    if split > 1:
-        if (persistent or split > cdiv(k, bk) or counters is None
-                or counters.dtype != torch.int32 or counters.numel() < tiles):
-            raise ValueError(f"proj_rope.launch: split-K config {cfg} needs a non-persistent "
-                             f"tile, at most one program per k-step and {tiles} int32 counters")
-        ws = torch.empty((tiles * split * bm * bn,), device=x16.device, dtype=torch.float32)
-    else:
-        ws = counters = tok_inv     # placeholders SPLIT 1 never reads
+    grid = (min(tiles, sms),) if persistent else (tiles,)
     proj_rope_kernel[grid](
         a_desc, b_desc, o_desc, m, n, k, tok_inv, feat_inv, qw, kw, float(eps),
         float(eps if eps_k is None else eps_k), cos, sin, *cs, seq, flag, nq, nk, *pos_args,
-        ws, counters,
         D=head_dim, BM=bm, BN=bn, BK=bk, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
         PERSISTENT=bool(persistent), NUM_SMS=sms, ANGLES=angles is not None,
-        UPCAST=tuning.interpreting(), SPLIT=split, num_warps=nw, num_stages=ns,
+        UPCAST=tuning.interpreting(), num_warps=nw, num_stages=ns,
         **pdl.launch_options(x16.device))

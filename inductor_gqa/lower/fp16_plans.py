@@ -18,7 +18,6 @@ import torch
 
 from ..kernels import fp16_rows, proj_rope, qk_epilogue, tuning
 from ..kernels import linear as linear_kernels
-from ..kernels.host import next_pow2
 from ..kernels.qk_epilogue import qk_norm_rope_, wo16_
 from .attention import attention
 from .linear import _INTERPRETER_CONFIG, linear
@@ -242,22 +241,10 @@ def fp16_copies(q, k, v, flag=None):
                  for a in (q, k, v)) + (flag,)
 
 
-def _range_flag(x, words=1):
+def _range_flag(x):
     """The range flag, uninitialized: the plans that scale their GEMM operands have scale_rows
-    clear it in its launch (one launch fewer than a fill kernel). ``words`` > 1: a buffer
-    whose first word is the flag (``_flag_and_counters``)."""
-    return torch.empty((words,), device=x.device, dtype=torch.int32)
-
-
-def _flag_and_counters(x, counters):
-    """The range flag followed by ``counters`` words a split-K launch counts in, in one buffer
-    that scale_rows clears (its length rounded up to a power of two: a compile-time constant
-    there) -> (buffer, flag, counters); ``counters`` 0: (flag, flag, None)."""
-    if not counters:
-        flag = _range_flag(x)
-        return flag, flag, None
-    words = _range_flag(x, next_pow2(1 + counters))
-    return words, words[:1], words[1:]
+    clear it in its launch (one launch fewer than a fill kernel)."""
+    return torch.empty((1,), device=x.device, dtype=torch.int32)
 
 
 def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, prec, table=None,
@@ -336,13 +323,11 @@ def _run_f16tma(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     x = t["x"]
     b, s, e = x.shape
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-    parts = tuple(w.shape[0] for w in (t["wq"], t["wk"], t["wv"]))
-    rows = tuning.gemm_rows_bucket(b * s)
-    cfgs = proj_rope.candidates(parts, d, rows)
-    words, flag, counters = _flag_and_counters(x, proj_rope.counters_needed(rows, parts, d))
-    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]], words,
+    flag = _range_flag(x)
+    x16, x_inv, w16, w_inv, cuts = _scaled_fp16_operands(x, [t["wq"], t["wk"], t["wv"]], flag,
                                                          table)
     q_inv, k_inv, v_inv = (w_inv[a:z] for a, z in cuts)
+    parts = tuple(z - a for a, z in cuts)
     o16 = fp16_o_proj(t, spec, x)
     wo_mode, _, wo16_ready = wo16_before_epilogue(o16, flag, d)
     qkv16 = torch.empty((b * s, sum(parts)), device=x.device, dtype=torch.float16)
@@ -354,10 +339,11 @@ def _run_f16tma(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
     def run(cfg):
         proj_rope.launch(x16, w16, x_inv, w_inv, qkv16, flag, parts, t["q_norm_weight"],
                          t["k_norm_weight"], cos, sin, s, d, spec.norm, eps_value, eps_k_value,
-                         spec.rope, cfg, angles=angles, counters=counters)
+                         spec.rope, cfg, angles=angles)
 
-    key = ("proj_rope", rows, parts, e, d, spec.norm, spec.rope, angles is not None)
-    run(tuning.pick(key, cfgs, run))
+    key = ("proj_rope", tuning.gemm_rows_bucket(b * s), parts, e, d, spec.norm, spec.rope,
+           angles is not None)
+    run(tuning.pick(key, proj_rope.candidates(parts, d), run))
     if wo_mode == 0 and o16 is not None:    # plain launches: Wo's copy in line
         wo16_(o16[1], o16[2], flag, d)
     wo16_ready = wo16_after_epilogue(wo_mode, o16, flag, d, wo16_ready)

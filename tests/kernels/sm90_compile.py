@@ -246,17 +246,8 @@ def epilogue_jobs():
                          dict(ptrs, zero_ptr="*i32", **tables),
                          dict(ROWS=max(1, 4096 // block_k), BLOCK_K=block_k,
                               TARGET=13 if k != 4096 else 0,
-                              ZERO=int(k == 1024), **table),
+                              ZERO=k == 1024, **table),
                          8 if block_k >= 4096 else 4))
-    # the flag and a split-K launch's counters cleared by the same launch
-    ptrs = {f"{n}{i}": t for i in range(4) for n, t in (("x", "*fp32"), ("y", "*fp16"),
-                                                         ("i", "*fp32"))}
-    jobs.append(_job("scale_rows K=1024 + rope tables + 512 counters",
-                     "inductor_gqa.kernels.fp16_rows", "scale_rows_kernel",
-                     dict(ptrs, zero_ptr="*i32", inv_ptr="*fp32", pos_ptr="*i64",
-                          cos_ptr="*fp32", sin_ptr="*fp32"),
-                     dict(ROWS=4, BLOCK_K=1024, TARGET=13, ZERO=512, TABLE=True, R=64,
-                          BLOCK_H=32, BLOCK_T=8, LIBDEVICE=True), 4))
 
     def add_tokens(d, heads, kv, norm, rope, tq, warps, in16, wo):
         # the token-major form of the copies launch (qk_norm_rope_(tokens=))
@@ -363,20 +354,17 @@ def proj_rope_jobs():
     if proj_rope.TensorDescriptor is None:
         return []
     jobs = []
-    for cfg in proj_rope.CONFIGS + proj_rope.SPLIT_CONFIGS:
-        bm, bn, bk, nw, ns, persistent = cfg[:6]
-        split = proj_rope.split_of(cfg)
+    for cfg in proj_rope.CONFIGS:
+        bm, bn, bk, nw, ns, persistent = cfg
         for norm, angles in ((0, True), (1, True), (0, False)):
-            if split > 1 and not angles:
-                continue
             types = dict(a_desc=f"tensordesc<fp16[{bm}, {bk}]>",
                          b_desc=f"tensordesc<fp16[{bn}, {bk}]>",
                          out_desc=f"tensordesc<fp16[{bm}, {bn}]>", tok_inv_ptr="*fp32",
                          feat_inv_ptr="*fp32", qw_ptr="*fp32", kw_ptr="*fp32", eps="fp32",
                          eps_k="fp32", cos_ptr="*fp32", sin_ptr="*fp32", flag_ptr="*i32",
-                         pos_ptr="*i64", inv_ptr="*fp32", ws_ptr="*fp32", cnt_ptr="*i32")
+                         pos_ptr="*i64", inv_ptr="*fp32")
             consts = dict(D=64, BM=bm, BN=bn, BK=bk, NORM=norm, ROPE=1, PERSISTENT=persistent,
-                          NUM_SMS=132, cs_d=1, ANGLES=angles, SPLIT=split)
+                          NUM_SMS=132, cs_d=1, ANGLES=angles)
             tag = " angles" if angles else " tables"
             jobs.append(_job(f"proj_rope {cfg} norm{norm}{tag}", "inductor_gqa.kernels.proj_rope",
                              "proj_rope_kernel", types, consts, nw, ns))

@@ -453,13 +453,8 @@ def test_scale_rows_exact_power_of_two_scales():
     flag = torch.tensor([7], dtype=torch.int32)     # the launch also clears the range flag
     scale_rows([w], zero=flag)
     assert flag.item() == 0
-    words = torch.full((2048,), 7, dtype=torch.int32)   # the flag and split-K counters
-    scale_rows([w], zero=words)
-    assert not words.any()
-    with pytest.raises(ValueError, match="1-D int32"):
-        scale_rows([w], zero=torch.zeros(2, dtype=torch.int64))
-    with pytest.raises(ValueError, match="1-D int32"):
-        scale_rows([w], zero=torch.zeros(2, 2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="one-element int32"):
+        scale_rows([w], zero=torch.zeros(2, dtype=torch.int32))
 
 
 @pytest.fixture
@@ -787,10 +782,9 @@ def _force_plan(monkeypatch, plan):
     flags = []
     range_flag = fp16_plans._range_flag
 
-    def spy_flag(x, *words):
-        buf = range_flag(x, *words)
-        flags.append(buf[:1])       # the flag (a split-K launch's counters follow it)
-        return buf
+    def spy_flag(x):
+        flags.append(range_flag(x))
+        return flags[-1]
     monkeypatch.setattr(fp16_plans, "_range_flag", spy_flag)
     return flags
 
@@ -984,36 +978,25 @@ def test_rolling_in_the_block(tf32_allowed, monkeypatch, proj):
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=0)
 
 
-@pytest.fixture(params=["angles", "tables", "split"])
+@pytest.fixture(params=["angles", "tables"])
 def fused_projection(request, monkeypatch, fp16_projections):
     """The f16tma plan (the Q/K/V GEMM and the norm/RoPE epilogue in one launch,
     kernels/proj_rope.py), taken by the plan choice, with cos/sin from the angles (the default)
-    or loaded from the tables; "split": angles, and the launch's K split over two programs per
-    tile (the tuner's choice forced; the counters come after the flag, cleared by scale_rows).
-    Yields the range flags the block made and the fused launches it ran."""
+    or loaded from the tables. Yields the range flags the block made and the fused launches
+    it ran."""
     from inductor_gqa.kernels import proj_rope
     monkeypatch.delenv("INDUCTOR_GQA_FUSED_PROJECTION", raising=False)
-    monkeypatch.setenv("INDUCTOR_GQA_FUSED_ANGLES", "0" if request.param == "tables" else "1")
+    monkeypatch.setenv("INDUCTOR_GQA_FUSED_ANGLES", "1" if request.param == "angles" else "0")
     made = {"flags": _force_plan(monkeypatch, "f16tma"), "launches": 0, "angles": 0,
-            "cos_sin": "tables" if request.param == "tables" else "angles", "split": 0}
+            "cos_sin": request.param}
     launch = proj_rope.launch
-    if request.param == "split":
-        candidates = proj_rope.candidates
-        monkeypatch.setattr(proj_rope, "candidates", lambda parts, d, rows=None: [
-            c + (2,) for c in candidates(parts, d, rows)])
 
     def spy_launch(*args, **kw):
         made["launches"] += 1
         made["angles"] += kw.get("angles") is not None
-        if proj_rope.split_of(args[17]) > 1:
-            made["split"] += 1
-            counters = kw["counters"]
-            assert counters is not None and not counters.any()
-            assert counters.data_ptr() == args[5].data_ptr() + 4      # after the flag
         return launch(*args, **kw)
     monkeypatch.setattr(proj_rope, "launch", spy_launch)
     yield made
-    assert made["split"] == (made["launches"] if request.param == "split" else 0)
 
 
 @pytest.mark.parametrize("case", PLAN_CASES)
