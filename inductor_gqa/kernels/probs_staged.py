@@ -74,19 +74,13 @@ SMEM_PER_BLOCK = 232448     # bytes of shared memory one H100/H200 block may use
 # and MODE 3; "pp": the ping-pong kernel (two warpgroups of ``warps`` each, persistent)
 # (H200, perf/experiments/probs_staged_bench.py: the ping-pong kernel with 128-key tiles is the
 # fastest at S in 256..512, the one-tile programs at B*H*S small)
-CONFIGS = [(64, 128, 4, 2), (64, 128, 4, 2, "pp"), (64, 64, 4, 3, "pp"),
-           (64, 128, 4, 2, "ppp"), (64, 64, 4, 2, "ppp")]
+CONFIGS = [(64, 128, 4, 2), (64, 128, 4, 2, "pp"), (64, 64, 4, 3, "pp")]
 # "gp4": each row tile holds 16 positions of 4 query heads of one KV head, so a K/V tile the copy
 # engine brings serves four heads (flash.py's GP). H200 (probs_staged_bench.py, results bitwise
 # equal): the 128-key ping-pong 449x16 118.8 -> 109.9 us, 373x8 40.0 -> 38.6, 512x16 108.8 ->
 # 106.1, 512x8 and 512x4 unchanged; the 64-key ping-pong gained nowhere
-PACKED_CONFIGS = [(64, 128, 4, 2, "gp4"), (64, 128, 4, 2, "pp", "gp4"),
-                  (64, 128, 4, 2, "ppp", "gp4"), (64, 64, 4, 2, "ppp", "gp4")]
-# "ppp": three warpgroups per program, two computing their loop 1s while the third stores (the
-# ping-pong's loop 1 runs one warpgroup per SM at a time, ~half the stats pass's rate per SM:
-# docs/kernels.md notes 26-27). Its buffers fit up to 256 keys with 128-key tiles, 384 with 64
+PACKED_CONFIGS = [(64, 128, 4, 2, "gp4"), (64, 128, 4, 2, "pp", "gp4")]
 PINGPONG_REGS = 168         # registers per thread of the second warpgroup
-PINGPONG3_REGS = 160        # of the second and third ("ppp": three warpgroups of 128 threads)
 
 
 if HAVE_GLUON:
@@ -375,37 +369,20 @@ if HAVE_GLUON:
                        kv_bar, tok,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       GUARD: gl.constexpr, NW: gl.constexpr, GP: gl.constexpr,
-                       ROLES: gl.constexpr = 2):
-        """One warpgroup of the ping-pong kernel: the program's row tiles t with t % ROLES ==
-        ``role``. The loop 1 of the program's tile t waits for the end of tile t - (ROLES - 1)'s
-        loop 1 (the next role's), then passes its own token: with two roles the loop 1s
-        alternate; with three, two run at a time while the third warpgroup stores. With three
-        roles a token has two slots (tile parity): a role can finish two loop 1s before the
-        one waiting for the first of them gets there, and one mbarrier would then show the
-        same phase parity again."""
+                       GUARD: gl.constexpr, NW: gl.constexpr, GP: gl.constexpr):
+        """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
+        Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
+        k - 1 (token ``tok[1 - role]``) and then passes its own token."""
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
         u = 0
         nth = 0
-        for tile in range(pid + role * nprog, n_tiles, ROLES * nprog):
-            if ROLES == 2:
-                # the other warpgroup's arrivals: its nth (role 1) or (nth - 1)-th (role 0)
-                other = nth - 1 + role
-                wait = tok.index(1 - role)
-                phase = other & 1
-                pred = other >= 0
-                arrive = tok.index(role)
-            else:
-                tw = ROLES * nth + role - (ROLES - 1)       # the tile waited for
-                n_x = gl.maximum(tw, 0) // ROLES             # its index in the next role
-                wait = tok.index(((role + 1) % ROLES) * 2 + n_x % 2)
-                phase = (n_x // 2) & 1
-                pred = tw >= 0
-                arrive = tok.index(role * 2 + nth % 2)
+        for tile in range(pid + role * nprog, n_tiles, 2 * nprog):
+            # the other warpgroup's arrivals: its nth (role 1) or (nth - 1)-th (role 0)
+            other = nth - 1 + role
             u = _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
                           sp_s, H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar,
-                          kv_bar, wait, phase, pred, arrive,
+                          kv_bar, tok.index(1 - role), other & 1, other >= 0, tok.index(role),
                           D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW, GP)
             nth += 1
 
@@ -416,51 +393,30 @@ if HAVE_GLUON:
                               N_TILES: gl.constexpr, STAGES: gl.constexpr,
                               CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
                               num_warps: gl.constexpr, PDL: gl.constexpr = 0,
-                              GP: gl.constexpr = 1, ROLES: gl.constexpr = 2):
-        """Persistent programs of ROLES warpgroups (two or three), each with its own buffers,
-        taking the program's row tiles in turn; their loop 1s are ordered, so one warpgroup's
-        stores run while the others compute (FlashAttention-3's ping-pong, with the stores in
-        the place of its second GEMM)."""
+                              GP: gl.constexpr = 1):
+        """Persistent programs of two warpgroups, each with its own buffers, taking the
+        program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
+        while the other computes (FlashAttention-3's ping-pong, with the stores in the place
+        of its second GEMM)."""
         _wait_for_predecessor(PDL)
         if GUARD == 1:
             if gl.load(FLAG) != 0:
                 return
         q0, kv0, p0, mx0, qb0, kvb0 = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N, D, N_TILES, STAGES)
         q1, kv1, p1, mx1, qb1, kvb1 = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N, D, N_TILES, STAGES)
-        if ROLES == 2:
-            tok = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-            mbarrier.init(tok.index(0), count=1)
-            mbarrier.init(tok.index(1), count=1)
-            gl.warp_specialize([
-                (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
-                                  sp_s, H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0,
-                                  kvb0, tok, D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL,
-                                  GUARD, num_warps, GP)),
-                (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
-                                  sp_s, H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1,
-                                  kvb1, tok, D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL,
-                                  GUARD, num_warps, GP)),
-            ], [num_warps], [REGS])
-        else:
-            q2, kv2, p2, mx2, qb2, kvb2 = _smem(q_desc, k_desc, BLOCK_M, BLOCK_N, D, N_TILES,
-                                                STAGES)
-            tok = gl.allocate_shared_memory(gl.int64, [6, 1], mbarrier.MBarrierLayout())
-            for i in gl.static_range(6):
-                mbarrier.init(tok.index(i), count=1)
-            gl.warp_specialize([
-                (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
-                                  sp_s, H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0,
-                                  kvb0, tok, D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL,
-                                  GUARD, num_warps, GP, 3)),
-                (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
-                                  sp_s, H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1,
-                                  kvb1, tok, D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL,
-                                  GUARD, num_warps, GP, 3)),
-                (_pingpong_role, (2, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
-                                  sp_s, H, G, S, qscale, n_m, n_tiles, q2, kv2, p2, mx2, qb2,
-                                  kvb2, tok, D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL,
-                                  GUARD, num_warps, GP, 3)),
-            ], [num_warps, num_warps], [REGS, REGS])
+        tok = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(tok.index(0), count=1)
+        mbarrier.init(tok.index(1), count=1)
+        gl.warp_specialize([
+            (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
+                              H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0, kvb0, tok,
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
+                              GP)),
+            (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
+                              H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1, kvb1, tok,
+                              D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
+                              GP)),
+        ], [num_warps], [REGS])
 
 
 def available(device: torch.device) -> bool:
@@ -477,12 +433,7 @@ def smem_bytes(seq, head_dim, cfg) -> int:
     n_tiles = cdiv(seq, block_n)
     one = (2 * block_m * head_dim + 2 * stages * block_n * head_dim
            + n_tiles * block_m * (2 * block_n + 4) + 8 * (stages + 1))
-    return {1: one, 2: 2 * one + 16, 3: 3 * one + 48}[roles_of(cfg)]      # + the tokens
-
-
-def roles_of(cfg) -> int:
-    """Warpgroups of a config's program: 2 for the ping-pong ("pp"), 3 for "ppp", else 1."""
-    return 3 if "ppp" in cfg else 2 if "pp" in cfg else 1
+    return 2 * one + 16 if "pp" in cfg else one
 
 
 def operands_ok(q16, k16, v16, head_dim, mask_kind, scale) -> bool:
@@ -537,7 +488,7 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
     if cfg and cfg[0] == "staged":
         cfg = cfg[1:]
     block_m, block_n, num_warps, stages = cfg[:4]
-    roles = roles_of(cfg)
+    pingpong = "pp" in cfg
     gp = heads_per_program(cfg)
     if not supported(q16, k16, v16, seq, head_dim, 0, scale, cfg):
         raise ValueError(f"probs_staged.launch: S={seq}, head_dim={head_dim}, {q16.dtype} not "
@@ -558,13 +509,10 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
     meta = dict(D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=cdiv(seq, block_n),
                 STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps,
                 **pdl.launch_options(out.device), **({"GP": gp} if gp > 1 else {}))
-    if roles > 1:
+    if pingpong:
         n_tiles = n_m * batch * (num_heads // gp)
         grid = (min(n_tiles, _sm_count(q16.device)),)
-        extra = {"ROLES": 3} if roles == 3 else {}
-        probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles,
-                                    REGS=PINGPONG_REGS if roles == 2 else PINGPONG3_REGS,
-                                    **meta, **extra)
+        probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=PINGPONG_REGS, **meta)
     else:
         probs_staged_kernel[(n_m, batch * (num_heads // gp))](*descs, *args, **meta)
 

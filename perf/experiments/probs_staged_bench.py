@@ -33,7 +33,13 @@ the stats pass's rate per SM, and the sum of its loop 1s bounds it: note 27). Bu
 ping-pong's of the same tile shape. Run: --configs '[(64,128,4,2,"pp","gp4"),
 (64,64,4,3,"pp"), (64,128,4,2,"ppp"), (64,64,4,2,"ppp"), (64,128,4,2,"ppp","gp4"),
 (64,64,4,2,"ppp","gp4"), (64,128,4,2,"pp"), (64,128,4,2,"gp4")]' --cases
-373x8,256x8,256x4,211x2,128x4,256x1,131x1 --causal 373x8,256x4.
+373x8,256x8,256x4,211x2,128x4,256x1,131x1 --causal 373x8,256x4 (at 9ece203, where the kernel
+has the flag).
+Outcome (runs/profiles/probs_staged_ppp_9ece203.json): bitwise equal to the ping-pong of the same
+tile shape (causal too), and slower in every case: 373x8 62.3 us at best against 38.2 for the
+packed ping-pong, 256x8 19.9 vs 18.4, 256x4 12.2 vs 10.9 (one-tile packed), 211x2 8.7 vs 7.7,
+128x4 6.4 vs 5.7, 131x1 8.0 vs 7.2. The 384-key form fits only 64-key tiles with two K/V stages,
+and at 256 keys a third warpgroup gains nothing over two. Removed (in history at 9ece203).
 
 OVERLAP (config flag "ov"; prediction written before its first GPU run): loop 1 issues tile
 j + 1's MMA before tile j's exponentials and waits after them, as kernels/stats_overlap.py (its

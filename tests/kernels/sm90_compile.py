@@ -307,13 +307,9 @@ def staged_jobs():
     d = 64
     for cfg in probs_staged.CONFIGS + probs_staged.PACKED_CONFIGS:
         bm, bn, nw, stages = cfg[:4]
-        roles = probs_staged.roles_of(cfg)
-        pp = roles > 1
+        pp = "pp" in cfg
         gp = probs_staged.heads_per_program(cfg)
-        for seq, causal in ((512, False), (449, False), (373, True), (373, False),
-                            (256, False)):
-            if roles < 3 and seq in (256,) or (seq == 373 and not causal and roles < 3):
-                continue    # the two- and one-warpgroup kernels' jobs as before
+        for seq, causal in ((512, False), (449, False), (373, True)):
             if probs_staged.smem_bytes(seq, d, cfg) > SMEM_PER_BLOCK:
                 continue
             types = dict(_fp16_descs(d, q_desc=bm // gp, k_desc=bn, v_desc=bn), O="*fp16",
@@ -321,10 +317,7 @@ def staged_jobs():
             consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=-(-seq // bn), STAGES=stages,
                           CAUSAL=causal, GUARD=1, num_warps=nw, **({"GP": gp} if gp > 1 else {}))
             if pp:
-                consts["REGS"] = (probs_staged.PINGPONG_REGS if roles == 2
-                                  else probs_staged.PINGPONG3_REGS)
-            if roles == 3:
-                consts["ROLES"] = 3
+                consts["REGS"] = probs_staged.PINGPONG_REGS
             kernel = "probs_pingpong_kernel" if pp else "probs_staged_kernel"
             jobs.append(_job(f"staged S{seq}{' causal' if causal else ''} {cfg}",
                              "inductor_gqa.kernels.probs_staged", kernel, types, consts, nw))
