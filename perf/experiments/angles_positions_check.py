@@ -24,23 +24,11 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from inductor_gqa.kernels import tuning          # noqa: E402
-from inductor_gqa.lower import block             # noqa: E402
 from inductor_gqa.workloads import W075, atol, check, make_inputs   # noqa: E402
 from perf.kernels_check import w075_block        # noqa: E402
+from plan_timing_bench import forced             # noqa: E402  (this folder is sys.path[0])
 
 OFFSETS = (0, 4096, 65536, 1 << 20, 1 << 21)
-
-
-def forced(plan, t, spec):
-    pick = tuning.pick
-    tuning.pick = lambda key, cands, run: (plan if key[0] == "plan" and plan in cands
-                                            else pick(key, cands, run))
-    try:
-        with torch.no_grad():
-            return block.run_block(dict(t), spec)
-    finally:
-        tuning.pick = pick
 
 
 def main():
@@ -68,7 +56,8 @@ def main():
             rep, outs = {}, {}
             for angles in ("1", "0"):
                 os.environ["INDUCTOR_GQA_FUSED_ANGLES"] = angles
-                outs[angles] = got = forced("f16tma", t, spec)
+                with torch.no_grad():
+                    outs[angles] = got = forced("f16tma", t, spec)
                 rep[f"angles={angles} pass"] = [
                     check(o, r, atol(W075, s, b), W075.rtol)[1] for o, r in zip(got, ref)]
                 rep[f"angles={angles} max err"] = [
