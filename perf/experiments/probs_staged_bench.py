@@ -160,7 +160,7 @@ def bench(name, causal_check):
             err = errors(c, ref)
             err["flag"] = int(c.flag.item())
             # every config of one tile shape computes each row the same way (packed heads,
-            # one, two or three warpgroups per program): results bitwise equal to the first
+            # one or more warpgroups per program): results bitwise equal to the first
             shape = tuple(cfg[:2])
             if shape in kept:
                 err["bitwise_equal_to"] = (str(kept[shape][2]),
