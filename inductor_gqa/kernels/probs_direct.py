@@ -39,8 +39,11 @@ from .host import cdiv, heads_per_program
 HAVE_GLUON = probs_staged.HAVE_GLUON
 LOG2E = probs_staged.LOG2E
 
-# (BLOCK_M, BLOCK_N, warps, K/V stages[, "ov"][, "gp4"]): candidates beside flash.py's MODE 2
-CONFIGS = [(64, 64, 4, 3), (64, 64, 4, 3, "ov"), (128, 64, 8, 3), (128, 64, 8, 3, "ov")]
+# (BLOCK_M, BLOCK_N, warps, K/V stages[, "ov"][, "cv"][, "r128"][, "gp4"]): candidates beside
+# flash.py's MODE 2; "ov": OVERLAP, "cv": CONVERT, "r128": at most 128 registers per thread (two
+# 8-warp programs per SM)
+CONFIGS = [(128, 64, 8, 3, "cv"), (128, 64, 8, 3, "cv", "r128"), (128, 64, 8, 4, "cv", "r128"),
+           (128, 64, 8, 2, "cv", "r128"), (64, 64, 4, 3, "cv"), (64, 64, 4, 3, "ov", "cv")]
 PACKED_CONFIGS = [c + ("gp4",) for c in CONFIGS]
 
 if HAVE_GLUON:
@@ -66,27 +69,39 @@ if HAVE_GLUON:
     @gluon.jit
     def _tile_out(s, j, acc, v_t, lse, p_rows, row_ok, m_rows, S, qscale,
                   BLOCK_N: gl.constexpr, LAST: gl.constexpr, CAUSAL: gl.constexpr,
-                  D: gl.constexpr, NW: gl.constexpr):
-        """Tile j's probabilities out, straight from the scores' registers, and P @ V_j issued
-        (async; the caller waits). Only the row's last tile can cross the sequence end or the
-        diagonal, so only it takes masks."""
+                  D: gl.constexpr, NW: gl.constexpr, CONVERT: gl.constexpr):
+        """Tile j's probabilities out, straight from the scores' registers (or, with
+        ``CONVERT``, moved into 16-byte store rows through shared memory, as flash.py's pass
+        does), and P @ V_j issued (async; the caller waits). Only the row's last tile can cross
+        the sequence end or the diagonal, so only it takes masks."""
         s_layout: gl.constexpr = probs_staged._s_layout(BLOCK_N, NW)
         o_layout: gl.constexpr = probs_staged._o_layout(D, NW)
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout,
                                                      k_width=2)
-        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        st_layout: gl.constexpr = _store_layout(BLOCK_N, NW, CONVERT)
         p = gl.exp2(gl.fma(s, qscale, -gl.expand_dims(lse, 1)))
         if LAST:
-            keep = gl.expand_dims(cols < S, 0)
+            cols_s = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            keep = gl.expand_dims(cols_s < S, 0)
             if CAUSAL:
-                keep = keep & (gl.expand_dims(m_rows, 1) >= gl.expand_dims(cols, 0))
+                keep = keep & (gl.expand_dims(m_rows, 1) >= gl.expand_dims(cols_s, 0))
             p = gl.where(keep, p, 0.0)
+        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, st_layout))
+        if LAST:
             ok = row_ok & gl.expand_dims(cols < S, 0)
         else:
             ok = row_ok
-        gl.store(p_rows + gl.expand_dims(cols, 0), p, mask=ok, eviction_policy="evict_first")
+        gl.store(p_rows + gl.expand_dims(cols, 0), gl.convert_layout(p, st_layout), mask=ok,
+                 eviction_policy="evict_first")
         p16 = gl.convert_layout(p.to(gl.float16), a_layout)
         return warpgroup_mma(p16, v_t, acc, is_async=True), p16
+
+    @gluon.constexpr_function
+    def _store_layout(BLOCK_N, NW, CONVERT):
+        """The probabilities' store layout: the scores' own (8-byte stores), or 16-byte rows."""
+        if CONVERT:
+            return probs_staged._st_layout(BLOCK_N, NW)
+        return probs_staged._s_layout(BLOCK_N, NW)
 
     @gluon.jit
     def probs_direct_kernel(q_desc, k_desc, v_desc, ML, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
@@ -94,8 +109,8 @@ if HAVE_GLUON:
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                             GUARD: gl.constexpr, OVERLAP: gl.constexpr,
-                            num_warps: gl.constexpr, PDL: gl.constexpr = 0,
-                            GP: gl.constexpr = 1):
+                            CONVERT: gl.constexpr, num_warps: gl.constexpr,
+                            PDL: gl.constexpr = 0, GP: gl.constexpr = 1):
         """One row tile per program (grid: row tiles x B*H/GP); with GP > 1 a tile holds
         BLOCK_M // GP positions of GP query heads of one KV head (probs_staged's GP)."""
         probs_staged._wait_for_predecessor(PDL)
@@ -143,9 +158,12 @@ if HAVE_GLUON:
         m_i = gl.load(ml, mask=row_in, other=0.0)
         l_i = gl.load(ml + 1, mask=row_in, other=1.0)
         lse = gl.where(m_i == float("-inf"), 0.0, m_i) + gl.log2(l_i)
-        row_ok = gl.expand_dims(row_in, 1)
-        p_rows = P + gl.expand_dims((bh + r // MR).to(gl.int64) * sp_bh
-                                    + m_rows.to(gl.int64) * sp_s, 1)
+        st_layout: gl.constexpr = _store_layout(BLOCK_N, num_warps, CONVERT)
+        r_st = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, st_layout))
+        rows_st = m0 + r_st % MR
+        row_ok = gl.expand_dims(rows_st < S, 1)
+        p_rows = P + gl.expand_dims((bh + r_st // MR).to(gl.int64) * sp_bh
+                                    + rows_st.to(gl.int64) * sp_s, 1)
 
         s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
         acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
@@ -164,7 +182,7 @@ if HAVE_GLUON:
                 tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
                 v_t = v_smem.index(slot)
                 pv, p16 = _tile_out(s, j, acc, v_t, lse, p_rows, row_ok, m_rows, S, qscale,
-                                    BLOCK_N, False, CAUSAL, D, num_warps)
+                                    BLOCK_N, False, CAUSAL, D, num_warps, CONVERT)
                 done = warpgroup_mma_wait(0, deps=(tok, pv, q_smem, k_t, p16, v_t))
                 s = done[0]
                 acc = done[1]
@@ -174,7 +192,7 @@ if HAVE_GLUON:
                          D, BLOCK_N, STAGES)
             v_t = v_smem.index((n - 1) % STAGES)
             pv, p16 = _tile_out(s, n - 1, acc, v_t, lse, p_rows, row_ok, m_rows, S, qscale,
-                                BLOCK_N, True, CAUSAL, D, num_warps)
+                                BLOCK_N, True, CAUSAL, D, num_warps, CONVERT)
             acc = warpgroup_mma_wait(0, deps=(pv, p16, v_t))[0]
         else:
             for j in range(n - 1):
@@ -185,7 +203,7 @@ if HAVE_GLUON:
                 tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(0, deps=(tok, q_smem, k_t))[0]
                 pv, p16 = _tile_out(s, j, acc, v_t, lse, p_rows, row_ok, m_rows, S, qscale,
-                                    BLOCK_N, False, CAUSAL, D, num_warps)
+                                    BLOCK_N, False, CAUSAL, D, num_warps, CONVERT)
                 acc = warpgroup_mma_wait(0, deps=(pv, p16, v_t))[0]
                 _block_barrier()
                 _load_kv(j + STAGES, n, k_desc, v_desc, k_smem, v_smem, kv_bar, kv_row, kvh,
@@ -197,13 +215,13 @@ if HAVE_GLUON:
             tok = warpgroup_mma(q_smem, k_t, s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(tok, q_smem, k_t))[0]
             pv, p16 = _tile_out(s, n - 1, acc, v_t, lse, p_rows, row_ok, m_rows, S, qscale,
-                                BLOCK_N, True, CAUSAL, D, num_warps)
+                                BLOCK_N, True, CAUSAL, D, num_warps, CONVERT)
             acc = warpgroup_mma_wait(0, deps=(pv, p16, v_t))[0]
 
         if CAUSAL:
-            zeros = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+            zeros = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, st_layout)
             for j in range(n, N_TILES):
-                cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+                cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, st_layout))
                 gl.store(p_rows + gl.expand_dims(cols, 0), zeros,
                          mask=row_ok & gl.expand_dims(cols < S, 0),
                          eviction_policy="evict_first")
@@ -270,5 +288,6 @@ def launch(q16, k16, v16, ml, out, probs, flag, batch, seq, num_heads, groups, h
         probs.stride(1), probs.stride(2), num_heads, groups, seq, float(scale) * LOG2E,
         D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=cdiv(seq, block_n),
         STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), OVERLAP="ov" in cfg,
+        CONVERT="cv" in cfg, **({"maxnreg": 128} if "r128" in cfg else {}),
         num_warps=num_warps, **pdl.launch_options(out.device),
         **({"GP": gp} if gp > 1 else {}))

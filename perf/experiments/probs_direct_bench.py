@@ -28,9 +28,9 @@ import gqa_pack_bench as gp      # inputs, flash.py launches, timing (this folde
 from inductor_gqa.kernels import probs_direct as pdk
 
 FLASH = [(128, 64, 8, 3, "gp4"), (128, 64, 8, 4, "gp4"), (64, 64, 4, 3, "gp4")]
-DIRECT = (list(pdk.CONFIGS) + list(pdk.PACKED_CONFIGS)
-          + [(64, 64, 4, 2, "gp4"), (64, 64, 4, 2, "ov", "gp4"), (128, 64, 8, 2, "ov", "gp4"),
-             (128, 64, 8, 4, "ov", "gp4")])
+# the first GPU run (8-byte stores from the MMA layout) lost everywhere; its best config stays
+# as a reference beside the 16-byte ("cv") ones
+DIRECT = list(pdk.PACKED_CONFIGS) + [(128, 64, 8, 2, "ov", "gp4")]
 
 
 def direct(c, cfg, causal):

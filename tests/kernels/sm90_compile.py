@@ -363,11 +363,15 @@ def direct_jobs():
             if causal and bn % (bm // gp):
                 continue
             consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=-(-seq // bn), STAGES=stages,
-                          CAUSAL=causal, GUARD=1, OVERLAP="ov" in cfg, num_warps=nw,
+                          CAUSAL=causal, GUARD=1, OVERLAP="ov" in cfg, CONVERT="cv" in cfg,
+                          num_warps=nw,
                           **({"GP": gp} if gp > 1 else {}))
-            jobs.append(_job(f"direct S{seq}{' causal' if causal else ''} {cfg}",
-                             "inductor_gqa.kernels.probs_direct", "probs_direct_kernel", types,
-                             consts, nw))
+            job = _job(f"direct S{seq}{' causal' if causal else ''} {cfg}",
+                       "inductor_gqa.kernels.probs_direct", "probs_direct_kernel", types, consts,
+                       nw)
+            if "r128" in cfg:
+                job[5]["maxnreg"] = 128
+            jobs.append(job)
     return jobs
 
 
