@@ -345,36 +345,6 @@ def overlap_jobs():
     return jobs
 
 
-def direct_jobs():
-    """kernels/probs_direct.py's Gluon probabilities pass for every candidate config, at an
-    aligned and a ragged (even) S, causal where the config allows it."""
-    from inductor_gqa.kernels import probs_direct
-
-    if not probs_direct.HAVE_GLUON:
-        return []
-    jobs = []
-    d = 64
-    for cfg in probs_direct.CONFIGS + probs_direct.PACKED_CONFIGS:
-        bm, bn, nw, stages = cfg[:4]
-        gp = probs_direct.heads_per_program(cfg)
-        types = dict(_fp16_descs(d, q_desc=bm // gp, k_desc=bn, v_desc=bn), ML="*fp32",
-                     O="*fp16", P="*fp32", FLAG="*i32", qscale="fp32")
-        for seq, causal in ((4096, False), (450, False), (512, True)):
-            if causal and bn % (bm // gp):
-                continue
-            consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=-(-seq // bn), STAGES=stages,
-                          CAUSAL=causal, GUARD=1, OVERLAP="ov" in cfg, CONVERT="cv" in cfg,
-                          num_warps=nw,
-                          **({"GP": gp} if gp > 1 else {}))
-            job = _job(f"direct S{seq}{' causal' if causal else ''} {cfg}",
-                       "inductor_gqa.kernels.probs_direct", "probs_direct_kernel", types, consts,
-                       nw)
-            if "r128" in cfg:
-                job[5]["maxnreg"] = 128
-            jobs.append(job)
-    return jobs
-
-
 def proj_rope_jobs():
     """kernels/proj_rope.py (the Q/K/V GEMM with the norm/RoPE epilogue) for every candidate
     config at W075's head (64, rotate-half RoPE): cos/sin from the angles (the default where the
@@ -416,7 +386,7 @@ def pdl_jobs(jobs):
 
 def all_jobs():
     jobs = (attention_jobs() + linear_jobs() + epilogue_jobs() + staged_jobs()
-            + overlap_jobs() + direct_jobs() + proj_rope_jobs())
+            + overlap_jobs() + proj_rope_jobs())
     return jobs + pdl_jobs(jobs)
 
 
