@@ -96,6 +96,8 @@ def main():
     ap.add_argument("--cases", default="4096x1,2048x1")
     ap.add_argument("--out", default="")
     ap.add_argument("--device", default="cuda", help="cpu: an interpreter smoke run at S=128")
+    ap.add_argument("--ncu", default="", help="a B = 1 case: each part and the pass launched "
+                    "once inside the profiler's range (ncu --profile-from-start off)")
     a = ap.parse_args()
     if a.device == "cpu":
         s = 128
@@ -111,6 +113,22 @@ def main():
         print("cpu smoke: ok")
         return
     import gqa_pack_bench       # timing and the real pass (this folder is sys.path[0])
+    if a.ncu:
+        s = int(a.ncu.split("x")[0])
+        c = gqa_pack_bench.Case(s, 1)
+        p, o = c.probs.view(H, s, s), c.o.view(s, H * D)
+        c.launch(1, gqa_pack_bench.STATS_CFG)
+        runs = [lambda part=part: launch(part, c.q, c.k, c.v, p, o, s) for part in (0, 1, 2)]
+        runs.append(lambda: c.launch(2, CFG[:4] + ("gp4",)))
+        for run in runs:        # compiled and warm outside the profiled range
+            run()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        for run in runs:
+            run()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+        return
     rep = {"device": torch.cuda.get_device_name()}
     for case in a.cases.split(","):
         s, b = (int(x) for x in case.split("x"))
