@@ -9,7 +9,7 @@ FMA and fp16 P; o's P @ V sums its key tiles in the same order).
 
 Prediction (written before the first GPU run): ncu puts flash.py's pass at 81% of the L2's
 throughput (88% for its stores alone), its K/V tile reads 22% of its L2 sectors
-(runs/profiles/ncu_parts_4096x1_*.txt). Four 64-row consumers per program read each K/V tile
+(runs/profiles/ncu_parts_4096x1_b92cbd2.txt). Four 64-row consumers per program read each K/V tile
 once for 256 rows (half flash.py's reads) at 16 consumer warps per SM. If L2 throughput is the
 limit and the producer keeps the ring full: 4096x1 ~300 -> 270-285 us, 2048x1 ~78 -> 70-74,
 1024x2 ~42 -> 38-40. If it loses, one program per SM exposes each program's start and end
