@@ -163,11 +163,21 @@ def supported(q16, k16, v16, seq, head_dim, mask_kind, scale, causal, groups, cf
             and smem <= probs_staged.SMEM_PER_BLOCK)
 
 
+def candidates(q16, k16, v16, seq, head_dim, mask_kind, scale, causal, groups):
+    """The configs of ``CONFIGS`` this block may run, tagged for the tuner."""
+    if not (HAVE_GLUON and probs_staged.available(q16.device)):
+        return []
+    return [("ws",) + c for c in CONFIGS
+            if supported(q16, k16, v16, seq, head_dim, mask_kind, scale, causal, groups, c)]
+
+
 def launch(q16, k16, v16, ml, out, probs, flag, batch, seq, num_heads, groups, head_dim, scale,
            cfg, guard=0):
-    """As probs_direct's launch (flash.py's MODE 2 outputs from ML's statistics); ``cfg``:
-    (consumer warpgroups, BLOCK_N, stages, consumer registers), optionally after the "ws"
-    tag."""
+    """q16 [B*S, >= H*D], k16/v16 [B*S, >= Hkv*D] fp16 row-major views (row stride
+    ``.stride(0)``, unit column stride); ml float32 [B*H*S*2] (flash.py's ML, from the stats
+    pass); out [B, S, H*D]-strided; probs [B, H, S, S] float32 with unit last stride; ``guard``
+    1 exits at once if ``flag`` is set. Outputs as flash.py's MODE 2. ``cfg``: (consumer
+    warpgroups, BLOCK_N, stages, consumer registers), optionally after the "ws" tag."""
     if cfg and cfg[0] == "ws":
         cfg = cfg[1:]
     nc, block_n, stages, regs = cfg[:4]
@@ -177,6 +187,9 @@ def launch(q16, k16, v16, ml, out, probs, flag, batch, seq, num_heads, groups, h
     if probs.dtype != torch.float32 or probs.stride(-1) != 1 or probs.stride(1) != seq * seq:
         raise ValueError("probs_ws.launch: probabilities must be float32 [B, H, S, S] with "
                          "contiguous heads")
+    if ml.dtype != torch.float32 or not ml.is_contiguous() or \
+            ml.numel() < batch * num_heads * seq * 2:
+        raise ValueError("probs_ws.launch: ml must be contiguous float32 [B*H*S*2]")
     descs = probs_staged.descriptors(q16, k16, v16, batch * seq, num_heads, groups, head_dim,
                                      64 // GP, block_n)
     grid = (cdiv(seq, nc * 64 // GP), batch * (num_heads // GP))
@@ -184,4 +197,5 @@ def launch(q16, k16, v16, ml, out, probs, flag, batch, seq, num_heads, groups, h
         *descs, ml, out, probs, flag if guard else out, out.stride(0), out.stride(1),
         probs.stride(1), probs.stride(2), num_heads, groups, seq, float(scale) * LOG2E,
         D=head_dim, BLOCK_N=block_n, NC=nc, STAGES=stages, GUARD=int(guard), REGS=regs,
-        num_warps=4, **pdl.launch_options(out.device), GP=GP)
+        num_warps=4, **pdl.launch_options(out.device), GP=GP,
+        **({"maxnreg": cfg[4]} if len(cfg) > 4 else {}))
