@@ -31,23 +31,24 @@ from perf.experiments.gqa_pack_bench import D, H, HK, Case, run_cases, t_us
 PAIR_STATS = [(64, 128, 4, 3), (64, 128, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2)]
 PAIR_PROBS = [(128, 64, 8, 4, "gp4"), (128, 64, 8, 3, "gp4"), (64, 64, 4, 3, "gp4"),
               (64, 64, 4, 3)]
-# (BM, BN, warps, stages, gp, stats key tile BN1, programs per SM, register cap). Without a cap
-# the sm_90 code takes 218-250 registers (the pair's passes: 58-128), so the caps are what lets
-# two 8-warp or three to four 4-warp programs share an SM (some spills: 20-60 STL at 128)
-QUEUED = [(128, 64, 8, 4, 4, 64, 1, None), (128, 64, 8, 4, 4, 128, 1, None),
-          (128, 64, 8, 3, 4, 64, 1, None), (128, 64, 8, 4, 4, 64, 2, 128),
-          (128, 64, 8, 3, 4, 64, 2, 128), (64, 64, 4, 3, 4, 64, 2, None),
-          (64, 64, 4, 3, 4, 64, 3, 168), (64, 64, 4, 3, 4, 64, 4, 128),
-          (64, 64, 4, 2, 4, 64, 2, None), (64, 64, 4, 3, 1, 128, 3, 168)]
+# (BM, BN, warps, stages, gp, stats key tile BN1, lead in SMs, register cap): one item per
+# program (a first form with looping programs took 218-250 registers and lost everywhere: 4096x1
+# 426.6 us at best against the pair's 417, 512x16 141 vs 126; docs/kernels.md note 51)
+QUEUED = [(128, 64, 8, 4, 4, 64, 1, None), (128, 64, 8, 4, 4, 64, 2, None),
+          (128, 64, 8, 3, 4, 64, 2, None), (128, 64, 8, 3, 4, 128, 2, None),
+          (64, 64, 4, 3, 4, 64, 1, None), (64, 64, 4, 3, 4, 64, 3, None),
+          (64, 64, 4, 3, 4, 128, 3, None), (64, 64, 4, 3, 4, 64, 6, None),
+          (64, 64, 4, 3, 1, 128, 3, None), (64, 64, 4, 2, 4, 64, 3, None),
+          (64, 32, 4, 3, 4, 64, 3, None)]
 
 
 def launch_queued(c, cfg, work, sms):
-    bm, bn, nw, ns, gp, bn1, per_sm, maxnreg = cfg
+    bm, bn, nw, ns, gp, bn1, lead, maxnreg = cfg
     s, b = c.s, c.b
     flash.launch((c.q, (s * H * D, D, H * D)), (c.k, (s * HK * D, D, HK * D)),
                  (c.v, (s * HK * D, D, HK * D, 1)), c.o, c.probs, None, c.ml, b, s, H, H // HK,
                  D, 1.0, 0.0, False, 0, 7, "tf32", False, bm, bn, nw, ns, flag=c.flag, guard=1,
-                 gp=gp, work=work, programs=per_sm * sms, block_n1=bn1, maxnreg=maxnreg)
+                 gp=gp, work=work, lead=lead * sms, block_n1=bn1, maxnreg=maxnreg)
 
 
 def bench(case_name):
