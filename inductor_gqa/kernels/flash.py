@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 import triton
 import triton.language as tl
 
@@ -180,53 +179,39 @@ def gqa_attention_kernel(
         GUARD: tl.constexpr, GP: tl.constexpr = 1,
         FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False,
         ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1, ROWS=1,
-        PDL: tl.constexpr = 0, WORK=None, LEAD=0, BLOCK_N1: tl.constexpr = 0,
-        EVEN_N1: tl.constexpr = False):
+        PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
-    if MODE == 7:
-        tl.static_assert(not ALIGN4 and not PERSIST and GUARD != 2)
-        # a program that finds the flag raised takes no work item (the fallback redoes the
-        # block) but still counts itself out, so the work counters are reset
-        run = True
-        if GUARD == 1:
-            run = tl.load(FLAG) == 0
-        _queued_tiles(run, WORK, LEAD, N_BH, Q, K, V, O, P, MASK, ML, FLAG,
-                      sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s,
-                      so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S, qscale,
-                      mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, BLOCK_N1, CAUSAL, MASK_KIND,
-                      PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N, EVEN_N1)
-    else:
-        if GUARD == 1:
-            if tl.load(FLAG) != 0:
-                return
-        if GUARD == 2:
-            if tl.load(FLAG) == 0:
-                return
-        if MODE == 6:
-            tl.static_assert(not CAUSAL and MASK_KIND == 0 and not ALIGN4 and not PERSIST)
-            _rolling_tiles(tl.program_id(0), tl.program_id(1), ROWS, Q, K, V, O, P, FLAG,
-                           sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s,
-                           so_h, sp_b, sp_h, sp_s, H, G, S, qscale, D, BLOCK_D, BLOCK_M, BLOCK_N,
-                           PREC, UPCAST, V_KMAJOR, GUARD, GP, FOLD, EVEN_N)
-        elif PERSIST:
-            # the guarded float32 fallback (GUARD 2): a few programs loop over the N_BH row-tile
-            # columns, so the launch costs little when the flag is clear (a full grid of programs
-            # that only read the flag took microseconds at W075's larger sizes)
-            n_tiles = tl.cdiv(S, BLOCK_M // GP) * N_BH
-            for tile in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-                _tile_modes(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, FLAG,
-                            sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
-                            so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
-                            qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
-                            MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                            ALIGN4)
-        else:
-            _tile_modes(tl.program_id(0), tl.program_id(1), Q, K, V, O, P, MASK, ML, FLAG,
+    if GUARD == 1:
+        if tl.load(FLAG) != 0:
+            return
+    if GUARD == 2:
+        if tl.load(FLAG) == 0:
+            return
+    if MODE == 6:
+        tl.static_assert(not CAUSAL and MASK_KIND == 0 and not ALIGN4 and not PERSIST)
+        _rolling_tiles(tl.program_id(0), tl.program_id(1), ROWS, Q, K, V, O, P, FLAG,
+                       sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s,
+                       so_h, sp_b, sp_h, sp_s, H, G, S, qscale, D, BLOCK_D, BLOCK_M, BLOCK_N,
+                       PREC, UPCAST, V_KMAJOR, GUARD, GP, FOLD, EVEN_N)
+    elif PERSIST:
+        # the guarded float32 fallback (GUARD 2): a few programs loop over the N_BH row-tile
+        # columns, so the launch costs little when the flag is clear (a full grid of programs
+        # that only read the flag took microseconds at W075's larger sizes)
+        n_tiles = tl.cdiv(S, BLOCK_M // GP) * N_BH
+        for tile in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
+            _tile_modes(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, FLAG,
                         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                         qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                         MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
                         ALIGN4)
+    else:
+        _tile_modes(tl.program_id(0), tl.program_id(1), Q, K, V, O, P, MASK, ML, FLAG,
+                    sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
+                    so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
+                    qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
+                    MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
+                    ALIGN4)
 
 
 @triton.jit
@@ -267,7 +252,7 @@ def _attention_tile(
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr,
-        ALIGN4: tl.constexpr, ML_CG: tl.constexpr = False):
+        ALIGN4: tl.constexpr):
     # MR query positions per program; with GP > 1 its BLOCK_M rows are GP query heads of one KV
     # head (head-major blocks of MR rows), so each K/V tile it loads serves all of them
     MR: tl.constexpr = BLOCK_M // GP
@@ -321,14 +306,8 @@ def _attention_tile(
 
     ml_off = row_bh.to(tl.int64) * S + offs_m
     if MODE == 2:
-        if ML_CG:
-            # statistics another program of this launch wrote (MODE 7): read from L2, never
-            # from a line this SM's L1 may hold from before they were written
-            m_i = tl.load(ML + ml_off * 2, mask=m_ok, other=0.0, cache_modifier=".cg")
-            l_i = tl.load(ML + ml_off * 2 + 1, mask=m_ok, other=1.0, cache_modifier=".cg")
-        else:
-            m_i = tl.load(ML + ml_off * 2, mask=m_ok, other=0.0)
-            l_i = tl.load(ML + ml_off * 2 + 1, mask=m_ok, other=1.0)
+        m_i = tl.load(ML + ml_off * 2, mask=m_ok, other=0.0)
+        l_i = tl.load(ML + ml_off * 2 + 1, mask=m_ok, other=1.0)
         # the row's log-sum-exp (base 2): dividing by l becomes part of the exponent, one
         # multiply per probability fewer (a row with l == 0, wholly masked, gives NaN as eager)
         lse = tl.where(m_i == float("-inf"), 0.0, m_i) + tl.log2(l_i)
@@ -432,70 +411,6 @@ def _attention_tile(
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
         if GUARD == 1:
             _flag_o16(acc, m_ok, d_ok, offs_m, FLAG, O.dtype.element_ty == tl.float16)
-
-
-@triton.jit
-def _queued_tiles(
-        run, WORK, LEAD, N_BH, Q, K, V, O, P, MASK, ML, FLAG,
-        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
-        sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
-        H, G, S, qscale, mask_fill,
-        D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_N1: tl.constexpr, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
-        PREC: tl.constexpr, UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr,
-        PIPELINE: tl.constexpr, GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr,
-        EVEN_N: tl.constexpr, EVEN_N1: tl.constexpr):
-    """MODE 7: the stats and probabilities passes as items of one work queue, one item per
-    program. Each program takes the next item number from a counter (WORK[0]), whatever its
-    program id: first LEAD statistics items, then a probabilities item and a statistics item
-    in turn, then the last probabilities items. A row tile's statistics item always comes
-    before its probabilities item, and the program that took it is running, so waiting for it
-    (its flag, WORK[2 + tile]) cannot deadlock, however programs are scheduled. The flags are
-    cleared by the item that waited on them and the counters by the last program to finish
-    (WORK[1] counts them out), so the buffer is zero again for the next launch. One item per
-    program rather than looping programs: a loop around the tile takes the probabilities tile
-    from 128 to 226 registers on sm_90 (its invariants held across iterations)."""
-    n_tiles = tl.cdiv(S, BLOCK_M // GP) * N_BH
-    lead = tl.minimum(LEAD, n_tiles)
-    mixed = 2 * (n_tiles - lead)
-    item = 2 * n_tiles
-    if run:
-        item = tl.atomic_add(WORK, 1)
-    if item < 2 * n_tiles:
-        j = item - lead
-        in_mix = (j >= 0) & (j < mixed)
-        odd = (j % 2) == 1
-        is_stats = (j < 0) | (in_mix & odd)
-        tile = tl.where(j < 0, item,
-                        tl.where(in_mix, tl.where(odd, lead + j // 2, j // 2),
-                                 j - (n_tiles - lead)))
-        ready_ptr = WORK + 2 + tile
-        if is_stats:
-            _attention_tile(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, FLAG,
-                            sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
-                            so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
-                            qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N1, CAUSAL,
-                            MASK_KIND, 1, PREC, UPCAST, V_KMAJOR, False, GUARD, GP, FOLD,
-                            EVEN_N1, False)
-            # every thread's statistics stored before the release that publishes them
-            tl.debug_barrier()
-            tl.atomic_xchg(ready_ptr, 1, sem="release")
-        else:
-            ready = tl.atomic_add(ready_ptr, 0, sem="acquire")
-            while ready == 0:
-                ready = tl.atomic_add(ready_ptr, 0, sem="acquire")
-            _attention_tile(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, FLAG,
-                            sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
-                            so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
-                            qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL,
-                            MASK_KIND, 2, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD,
-                            EVEN_N, False, True)
-            tl.atomic_xchg(ready_ptr, 0)
-    done = tl.atomic_add(WORK + 1, 1)
-    if done == tl.num_programs(0) - 1:
-        # every other program has taken its item number: nothing touches WORK after this
-        tl.atomic_xchg(WORK, 0)
-        tl.atomic_xchg(WORK + 1, 0)
 
 
 @triton.jit
@@ -655,29 +570,6 @@ def _probs_update(s, acc, lse, p_row, v_base, sv_s, offs_n, n0, m_ok, d_ok, S, q
     return acc
 
 
-_WORK = {}
-_WORK_OLD = []
-
-
-def work_buffer(device, n):
-    """MODE 7's work counters and flags, at least ``n`` int32 zeros, one buffer per (device,
-    stream), kept: each launch leaves it zeroed again. Two launches on one stream run one after
-    the other; a launch on another stream gets its own."""
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        # memory of the graph being captured, zeroed by a node of it at each replay; not kept
-        # (it goes with the graph)
-        return torch.zeros(n, device=device, dtype=torch.int32)
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (str(device), stream)
-    buf = _WORK.get(key)
-    if buf is None or buf.numel() < n:
-        # a smaller buffer stays alive: a captured graph may hold it
-        _WORK_OLD.extend([buf] if buf is not None else [])
-        buf = torch.zeros(max(n, 4096), device=device, dtype=torch.int32)
-        _WORK[key] = buf
-    return buf
-
-
 def align4_ok(seq, mode, causal, gp, block_n):
     """Where ALIGN4 applies: probabilities stored (MODE 2 or 3) with rows not 16-byte aligned
     (S % 4 != 0), no causal mask, one query head per program; MODE 3's single key tile must
@@ -689,25 +581,14 @@ def align4_ok(seq, mode, causal, gp, block_n):
 def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
            mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
            num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1, align4=False,
-           rows=1, work=None, lead=0, block_n1=0, maxnreg=None):
+           rows=1):
     """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
     v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D];
     ``flag``/``guard``: see GUARD; ``gp``: query heads per program (GP), dividing the group and
-    the row tile; ``rows``: row tiles per program (MODE 6); MODE 7: ``work`` (``work_buffer``),
-    ``lead``: statistics items queued before the first probabilities item, and the stats items'
-    key tile ``block_n1``; ``maxnreg``: a register
-    cap per thread for the compiler (None: its own choice)."""
+    the row tile; ``rows``: row tiles per program (MODE 6)."""
     if mode == 6 and (causal or mask_kind != 0 or guard == 2 or rows < 1):
         raise ValueError("flash.launch: MODE 6 takes no mask, no causal masking and no "
                          "guarded fallback, and at least one row tile per program")
-    if mode == 7:
-        if guard == 2 or align4 or block_n1 < 16 or lead < 1:
-            raise ValueError("flash.launch: MODE 7 takes no guarded fallback and no ALIGN4, and "
-                             "needs the statistics items' key tile and a lead of at least one")
-        need = 2 + cdiv(seq, block_m // gp) * batch * num_heads // gp
-        if work is None or work.dtype != torch.int32 or work.numel() < need:
-            raise ValueError(f"flash.launch: MODE 7 needs a zeroed int32 work buffer of at least "
-                             f"{need} elements (work_buffer)")
     if gp < 1 or groups % gp or block_m % gp:
         raise ValueError(f"flash.launch: {gp} query heads per program must divide the group "
                          f"({groups}) and the row tile ({block_m})")
@@ -733,8 +614,6 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
     n_bh = grid[1]
     if persist:
         grid = (min(grid[0] * grid[1], tuning.GUARDED_PROGRAMS), 1)
-    if mode == 7:
-        grid = (2 * grid[0] * grid[1], 1)
     gqa_attention_kernel[grid](
         Qt, Kt, Vt, out, p_t, mask_t, ml_t, flag if guard else out,
         *sq, *sk, *sv, out.stride(0), out.stride(1), head_dim,
@@ -745,7 +624,4 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         PIPELINE=bool(pipeline), GUARD=int(guard), GP=int(gp),
         FOLD=mask_kind == 0 and float(scale) > 0, EVEN_N=seq % block_n == 0 and not align4,
         ALIGN4=align4, PERSIST=persist, N_BH=n_bh, ROWS=int(rows),
-        WORK=work if mode == 7 else None, LEAD=int(lead),
-        BLOCK_N1=int(block_n1), EVEN_N1=mode == 7 and seq % block_n1 == 0,
-        num_warps=num_warps, num_stages=num_stages,
-        **({"maxnreg": int(maxnreg)} if maxnreg else {}), **pdl.launch_options(out.device))
+        num_warps=num_warps, num_stages=num_stages, **pdl.launch_options(out.device))
