@@ -1,0 +1,120 @@
+"""Where a plain call's host time goes, without a profiler's own cost (perf_counter only).
+
+perf.run's plain-launch column has the W075 "high" block at ~1.4-1.6 ms per call at every size
+(e2e36ca: 131x1 1417 us, 4096x1 1505) against 0.47-0.8 ms for stock torch.compile at small
+sizes, so the block is host-bound without CUDA graphs. cProfile (host_profile.py) puts most of
+it in the custom op's dispatch frame, which may be its own overhead. This times, per call:
+
+* ``full``: the compiled function (Dynamo guards, AOT wrapper, the custom op's dispatch, ours);
+* ``block``: ``lower.block.run_block`` called directly with the tensors the op received;
+* inside ``block``: Triton's ``JITFunction.run`` (each launch), the cuBLAS GEMMs (``_mm16``);
+* ``triton_run_replay``: one call's Triton launches again, back to back through
+  ``JITFunction.run`` with the same arguments and nothing else (Triton's share alone).
+
+    PYTHONPATH=$PWD python perf/experiments/host_breakdown.py [--cases 131x1] [--calls 300]
+"""
+import argparse
+import json
+import time
+
+import torch
+import triton.runtime.jit as tjit
+
+import inductor_gqa  # noqa: F401  (registers the backend)
+from inductor_gqa import workloads as wl
+from inductor_gqa.lower import block as lower_block
+from inductor_gqa.lower import fp16_plans
+from inductor_gqa.op import attention_block as op
+from perf import bench
+
+
+class Timer:
+    def __init__(self):
+        self.t, self.n = 0.0, 0
+
+    def wrap(self, fn):
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.t += time.perf_counter() - t0
+                self.n += 1
+        return timed
+
+
+def per_call_us(fn, calls):
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return 1e6 * (t1 - t0) / calls
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--cases", default="131x1")
+    p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--out", default="")
+    a = p.parse_args()
+    torch.set_float32_matmul_precision("high")
+    w = wl.WORKLOADS["W075"]
+    fn = torch.compile(w.fn, backend="inductor_gqa")
+    report = {}
+    for case in a.cases.split(","):
+        s, b = (int(t) for t in case.split("x"))
+        inp = bench.make_inputs(w, s, b, torch.device("cuda"), seed=0)
+        for _ in range(3):
+            fn(**inp)
+        seen = []
+
+        def spy(tensors, spec):
+            if not seen:
+                seen.append((dict(tensors), spec))
+            return None
+        op.register_kernels(spy)
+        fn(**inp)
+        op._kernel_backends.remove(spy)
+        tensors, spec = seen[0]
+        row = {"full": per_call_us(lambda: fn(**inp), a.calls),
+               "block": per_call_us(lambda: lower_block.run_block(tensors, spec), a.calls)}
+        # inside the block: Triton's run and the cuBLAS GEMMs
+        jit_t, mm_t = Timer(), Timer()
+        launches = []
+        orig_run, orig_mm = tjit.JITFunction.run, fp16_plans._mm16
+
+        def run(self, *args, grid, warmup, **kwargs):
+            kernel = orig_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+            if len(launches) < 64:
+                launches.append((self, args, kwargs, grid))
+            return kernel
+        tjit.JITFunction.run = jit_t.wrap(run)
+        fp16_plans._mm16 = mm_t.wrap(orig_mm)
+        try:
+            calls = a.calls // 3
+            per_call_us(lambda: lower_block.run_block(tensors, spec), calls)
+        finally:
+            tjit.JITFunction.run, fp16_plans._mm16 = orig_run, orig_mm
+        n = calls + 1
+        row.update(triton_run_us=1e6 * jit_t.t / n, triton_launches=jit_t.n / n,
+                   mm16_us=1e6 * mm_t.t / n, mm16_calls=mm_t.n / n)
+        # one call's launches again, each through JITFunction.run alone (the same arguments)
+        one_call = launches[:int(round(jit_t.n / n))]
+
+        def replay():
+            for jf, args, kwargs, grid in one_call:
+                orig_run(jf, *args, grid=grid, warmup=False, **kwargs)
+        row["triton_run_replay_us"] = per_call_us(replay, a.calls)
+        row["kernels"] = [jf.fn.__name__ for jf, *_ in one_call]
+        report[case] = row
+        print(case, json.dumps(row), flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
