@@ -24,7 +24,9 @@ import inductor_gqa  # noqa: F401  (registers the backend)
 from inductor_gqa import workloads as wl
 from inductor_gqa.lower import block as lower_block
 from inductor_gqa.lower import fp16_plans
-from inductor_gqa.op import attention_block as op
+import importlib
+
+op = importlib.import_module("inductor_gqa.op.attention_block")
 from perf import bench
 
 
