@@ -9,13 +9,18 @@ it in the custom op's dispatch frame, which may be its own overhead. This times,
 * ``block``: ``lower.block.run_block`` called directly with the tensors the op received;
 * inside ``block``: Triton's ``JITFunction.run`` (each launch), the cuBLAS GEMMs (``_mm16``);
 * ``triton_run_replay``: one call's Triton launches again, back to back through
-  ``JITFunction.run`` with the same arguments and nothing else (Triton's share alone).
+  ``JITFunction.run`` with the same arguments and nothing else (Triton's share alone);
+* ``inclusive``: every function of the package (and a few torch and torch.cuda calls) wrapped
+  with a timer, inclusive microseconds and calls per block call, largest first (the wrappers
+  add ~1 us per call).
 
     PYTHONPATH=$PWD python perf/experiments/host_breakdown.py [--cases 131x1] [--calls 300]
 """
 import argparse
 import json
+import sys
 import time
+import types
 
 import torch
 import triton.runtime.jit as tjit
@@ -54,6 +59,56 @@ def per_call_us(fn, calls):
     t1 = time.perf_counter()
     torch.cuda.synchronize()
     return 1e6 * (t1 - t0) / calls
+
+
+_TORCH_CALLS = [(torch, n) for n in ("empty", "zeros", "empty_like", "mm", "broadcast_to")] + [
+    (torch.cuda, n) for n in ("get_device_capability", "get_device_properties",
+                              "is_current_stream_capturing", "current_stream", "is_available",
+                              "current_device", "stream", "Event")]
+
+
+def inclusive(fn, calls):
+    """{name: (us per call, calls per call)} for the package's functions and methods and
+    _TORCH_CALLS, each wrapped with a timer while ``fn`` runs ``calls`` times."""
+    timers, undo = {}, []
+
+    def patch(owner, name, f, label):
+        t = timers.setdefault(label, Timer())
+        undo.append((owner, name, f))
+        setattr(owner, name, t.wrap(f))
+
+    originals = {}
+    mods = [m for n, m in list(sys.modules.items())
+            if n.startswith("inductor_gqa") and isinstance(m, types.ModuleType)]
+    for m in mods:
+        for k, v in list(vars(m).items()):
+            if isinstance(v, types.FunctionType) and v.__module__.startswith("inductor_gqa"):
+                originals.setdefault(id(v), (v, f"{v.__module__.split('.')[-1]}.{v.__name__}"))
+                patch(m, k, v, originals[id(v)][1])
+            elif isinstance(v, type) and v.__module__.startswith("inductor_gqa") and \
+                    v.__module__ == m.__name__:
+                for mk, mv in list(vars(v).items()):
+                    if isinstance(mv, types.FunctionType):
+                        patch(v, mk, mv, f"{v.__name__}.{mk}")
+    for owner, name in _TORCH_CALLS:
+        if hasattr(owner, name):
+            patch(owner, name, getattr(owner, name), f"{owner.__name__}.{name}")
+    t_jit = timers.setdefault("triton JITFunction.run", Timer())
+    undo.append((tjit.JITFunction, "run", tjit.JITFunction.run))
+    tjit.JITFunction.run = t_jit.wrap(tjit.JITFunction.run)
+    try:
+        fn()
+        for t in timers.values():
+            t.t, t.n = 0.0, 0
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    finally:
+        for owner, name, f in reversed(undo):
+            setattr(owner, name, f)
+    rows = sorted(((1e6 * t.t / calls, t.n / calls, k) for k, t in timers.items() if t.n),
+                  reverse=True)
+    return {k: [round(us, 1), round(n, 2)] for us, n, k in rows[:60]}
 
 
 def main():
@@ -111,6 +166,7 @@ def main():
                 orig_run(jf, *args, grid=grid, warmup=False, **kwargs)
         row["triton_run_replay_us"] = per_call_us(replay, a.calls)
         row["kernels"] = [jf.fn.__name__ for jf, *_ in one_call]
+        row["inclusive"] = inclusive(lambda: lower_block.run_block(tensors, spec), a.calls // 3)
         report[case] = row
         print(case, json.dumps(row), flush=True)
     if a.out:
