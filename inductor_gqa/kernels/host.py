@@ -1,9 +1,25 @@
-"""Integer helpers for the launchers' host code, and the config flag they share.
+"""Integer helpers for the launchers' host code, the config flag they share, and the device's
+compute capability.
 
 ``triton.cdiv`` and ``triton.next_power_of_2`` are Triton constexpr functions: called from Python
 they pass through a wrapper that unwraps every argument (about 2-3 us a call on a 2-core CPU,
 20-odd calls per attention block); these are the plain arithmetic.
 """
+
+import functools
+
+import torch
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple:
+    return torch.cuda.get_device_capability(index)
+
+
+def capability(device: torch.device) -> tuple:
+    """``torch.cuda.get_device_capability`` of a CUDA device, asked once per device (the torch
+    call costs ~7 us of host time, several per block call)."""
+    return _capability(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def cdiv(a: int, b: int) -> int:

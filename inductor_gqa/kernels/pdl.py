@@ -41,16 +41,27 @@ def _device_supports(index: int) -> bool:
     return torch.cuda.get_device_capability(index) >= (9, 0) and torch.version.hip is None
 
 
+_MODES: dict = {}
+
+
 def mode(device: torch.device) -> int:
     """0 (off), 1 or 2 (see above); read at every launch (the switch may change between
-    calls)."""
+    calls), the answer kept per switch values and device (a few us of host time per launch
+    otherwise)."""
     env = os.environ.get("INDUCTOR_GQA_PDL", "1")
-    if env not in ("0", "1", "2"):
-        raise ValueError(f"INDUCTOR_GQA_PDL must be 0, 1 or 2, not {env!r}")
-    if env == "0" or device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1":
-        return 0
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return int(env) if _device_supports(index) else 0
+    interp = os.environ.get("TRITON_INTERPRET", "0")
+    key = (env, interp, device)
+    m = _MODES.get(key)
+    if m is None:
+        if env not in ("0", "1", "2"):
+            raise ValueError(f"INDUCTOR_GQA_PDL must be 0, 1 or 2, not {env!r}")
+        if env == "0" or device.type != "cuda" or interp == "1":
+            m = 0
+        else:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            m = int(env) if _device_supports(index) else 0
+        _MODES[key] = m
+    return m
 
 
 _OPTIONS = ({}, {"PDL": 1, "launch_pdl": True}, {"PDL": 2, "launch_pdl": True})

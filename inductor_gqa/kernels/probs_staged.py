@@ -52,7 +52,7 @@ import functools
 import torch
 
 from . import pdl
-from .host import cdiv, heads_per_program
+from .host import capability, cdiv, heads_per_program
 from .qk_epilogue import FP16_MIN_NORMAL
 
 try:
@@ -424,7 +424,7 @@ def available(device: torch.device) -> bool:
     Blackwell's tensor cores do not run)."""
     if not HAVE_GLUON or device.type != "cuda":
         return False
-    return torch.cuda.get_device_capability(device)[0] == 9
+    return capability(device)[0] == 9
 
 
 def smem_bytes(seq, head_dim, cfg) -> int:
@@ -453,11 +453,12 @@ def supported(q16, k16, v16, seq, head_dim, mask_kind, scale, cfg) -> bool:
 def candidates(q16, k16, v16, seq, head_dim, mask_kind, scale, groups=1):
     """The configs of ``CONFIGS`` this block may run (those of ``PACKED_CONFIGS`` where
     ``groups`` query heads share a KV head in fours), tagged for the tuner."""
-    if not (HAVE_GLUON and available(q16.device)):
+    if not (HAVE_GLUON and available(q16.device)
+            and operands_ok(q16, k16, v16, head_dim, mask_kind, scale)):
         return []
     packed = PACKED_CONFIGS if groups % 4 == 0 else []
     return [("staged",) + c for c in CONFIGS + packed
-            if supported(q16, k16, v16, seq, head_dim, mask_kind, scale, c)]
+            if smem_bytes(seq, head_dim, c) <= SMEM_PER_BLOCK]
 
 
 def _desc(t2d, block):

@@ -151,16 +151,20 @@ def smem_bytes(head_dim, cfg) -> int:
 def supported(q16, k16, v16, head_dim, mask_kind, scale, cfg) -> bool:
     """Where this kernel may replace flash.py's stats pass (module docstring)."""
     return (probs_staged.operands_ok(q16, k16, v16, head_dim, mask_kind, scale)
-            and cfg[0] == 16 * cfg[2] and cfg[1] % cfg[0] == 0
+            and _shape_ok(head_dim, cfg))
+
+
+def _shape_ok(head_dim, cfg) -> bool:
+    return (cfg[0] == 16 * cfg[2] and cfg[1] % cfg[0] == 0
             and smem_bytes(head_dim, cfg) <= probs_staged.SMEM_PER_BLOCK)
 
 
 def candidates(q16, k16, v16, head_dim, mask_kind, scale):
     """The configs of ``CONFIGS`` this block may run, tagged for the tuner."""
-    if not (HAVE_GLUON and probs_staged.available(q16.device)):
+    if not (HAVE_GLUON and probs_staged.available(q16.device)
+            and probs_staged.operands_ok(q16, k16, v16, head_dim, mask_kind, scale)):
         return []
-    return [("overlap",) + c for c in CONFIGS
-            if supported(q16, k16, v16, head_dim, mask_kind, scale, c)]
+    return [("overlap",) + c for c in CONFIGS if _shape_ok(head_dim, c)]
 
 
 def launch(q16, k16, ml, flag, batch, seq, num_heads, groups, head_dim, scale, causal, cfg,

@@ -18,6 +18,7 @@ import torch
 
 from ..kernels import fp16_rows, proj_rope, qk_epilogue, tuning
 from ..kernels import linear as linear_kernels
+from ..kernels.host import capability
 from ..kernels.qk_epilogue import qk_norm_rope_, wo16_
 from .attention import attention
 from .linear import _INTERPRETER_CONFIG, linear
@@ -99,7 +100,7 @@ def f16_fused_offered(spec, x) -> bool:
             and proj_rope.candidates(parts, d)):
         return False
     if x.is_cuda:
-        return torch.cuda.get_device_capability(x.device)[0] >= 9
+        return capability(x.device)[0] >= 9
     return tuning.interpreting()
 
 
