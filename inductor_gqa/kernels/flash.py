@@ -57,7 +57,7 @@ import math
 import triton
 import triton.language as tl
 
-from . import launcher, pdl, tuning
+from . import pdl, tuning
 from .host import cdiv, next_pow2
 from .qk_epilogue import FP16_MIN_NORMAL
 
@@ -614,8 +614,7 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
     n_bh = grid[1]
     if persist:
         grid = (min(grid[0] * grid[1], tuning.GUARDED_PROGRAMS), 1)
-    launcher.launch(
-        gqa_attention_kernel, grid,
+    gqa_attention_kernel[grid](
         Qt, Kt, Vt, out, p_t, mask_t, ml_t, flag if guard else out,
         *sq, *sk, *sv, out.stride(0), out.stride(1), head_dim,
         *sp, *sm,

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import launcher, pdl
+from . import pdl
 from .host import cdiv, next_pow2
 from .rope_table import table_rows
 
@@ -132,9 +132,8 @@ def scale_rows(mats, outs=None, zero=None, table=None, target=TARGET_EXP, rows=N
         # no tables: placeholders for the four pointers and four integers TABLE=False never reads
         targs, tconsts, tprog = (outs[0][1],) * 4 + (0, 1, 0, 0), {}, 0
     grid = (ends[-1] + tprog,)
-    launcher.launch(scale_rows_kernel, grid, *args, k,
-                    zero if zero is not None else outs[0][1], *ends, *targs,
-                    ROWS=rows, BLOCK_K=block_k, TARGET=int(target), ZERO=zero is not None,
-                    **tconsts, num_warps=num_warps or (8 if block_k >= 4096 else 4),
-                    **pdl.launch_options(mats[0].device))
+    scale_rows_kernel[grid](*args, k, zero if zero is not None else outs[0][1], *ends, *targs,
+                            ROWS=rows, BLOCK_K=block_k, TARGET=int(target), ZERO=zero is not None,
+                            **tconsts, num_warps=num_warps or (8 if block_k >= 4096 else 4),
+                            **pdl.launch_options(mats[0].device))
     return outs

@@ -18,7 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import launcher, pdl, tuning
+from . import pdl, tuning
 from .host import cdiv
 
 
@@ -133,8 +133,7 @@ def launch(x2d, w, bias, y2d, prec, block_m, block_n, block_k, group_m, num_warp
     grid = (cdiv(m, block_m) * cdiv(n, block_n),)
     if guard == 2:
         grid = (min(grid[0], tuning.GUARDED_PROGRAMS),)
-    launcher.launch(
-        linear_kernel, grid,
+    linear_kernel[grid](
         x2d, w, bias if bias is not None else w, y2d, flag if guard else w, m, n, k,
         x2d.stride(0), w.stride(0), y2d.stride(0), y2d.stride(1),
         HAS_BIAS=bias is not None, PREC=prec, BLOCK_M=block_m, BLOCK_N=block_n,
@@ -155,8 +154,7 @@ def launch_qkv(x2d, parts, prec, block_m, block_n, block_k, group_m, num_warps, 
         tiles += cdiv(m, block_m) * cdiv(n, block_n)
     has_bias = parts[0][1] is not None
     assert all((p[1] is not None) == has_bias for p in parts)
-    launcher.launch(
-        qkv_kernel, (tiles,),
+    qkv_kernel[(tiles,)](
         x2d, m, k, x2d.stride(0), *args,
         HAS_BIAS=has_bias, PREC=prec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
         GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages,

@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import launcher, pdl, tuning
+from . import pdl, tuning
 from .host import cdiv, next_pow2
 
 NORM_CODES = {"none": 0, "fp32_weight": 1, "cast_weight": 2, "fp32_one_plus_weight": 3}
@@ -481,9 +481,9 @@ def wo16_(w32, w16, flag, head_dim):
     block_d = next_pow2(head_dim)
     rows = default_rows(block_d)
     n_rows = w32.numel() // head_dim
-    launcher.launch(wo16_kernel, (cdiv(n_rows, rows),), w32, w16, flag, n_rows, D=head_dim,
-                    BLOCK_D=block_d, ROWS=rows, num_warps=default_warps(block_d, False),
-                    **pdl.launch_options(w32.device))
+    wo16_kernel[(cdiv(n_rows, rows),)](w32, w16, flag, n_rows, D=head_dim, BLOCK_D=block_d,
+                                       ROWS=rows, num_warps=default_warps(block_d, False),
+                                       **pdl.launch_options(w32.device))
 
 
 # (tokens per q program, warps) of the token-major form: the launch's candidates, timed against
@@ -599,8 +599,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
         tk = tq * max(1, hqp // hkp)        # k and V programs as large as q's
         nq, nk = cdiv(n_tok, tq), cdiv(n_tok, tk)
         grid = (nq + 2 * nk + cdiv(wo_rows, rows),)
-        launcher.launch(
-            qk_tokens_kernel, grid,
+        qk_tokens_kernel[grid](
             q, k, q_norm_weight if norm != "none" else dummy,
             k_norm_weight if norm != "none" else dummy, n_tok, num_heads, num_kv_heads, seq,
             float(eps), float(eps if eps_k is None else eps_k), cos, sin, *cs, q16, k16, v, v16,
@@ -618,8 +617,7 @@ def qk_norm_rope_(q, k, q_norm_weight, k_norm_weight, cos, sin, batch, seq, num_
     loop = programs is not None and programs < grid[0]
     if loop:
         grid = (programs,)
-    launcher.launch(
-        qk_norm_rope_kernel, grid,
+    qk_norm_rope_kernel[grid](
         q, k,
         q_norm_weight if norm != "none" else dummy, k_norm_weight if norm != "none" else dummy,
         q_rows, k_rows, num_heads, num_kv_heads, seq, float(eps),

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import launcher, pdl
+from . import pdl
 from .host import cdiv, next_pow2
 
 try:  # accurate cos/sin for angles of thousands of radians (tl.cos may be an approximation)
@@ -96,8 +96,8 @@ class TableJob:
 
     def launch(self):
         if self.programs:
-            launcher.launch(rope_table_kernel, (self.programs,), *self.args, **self.consts,
-                            num_warps=4, **pdl.launch_options(self.inv.device))
+            rope_table_kernel[(self.programs,)](*self.args, **self.consts, num_warps=4,
+                                                **pdl.launch_options(self.inv.device))
         return self.cos, self.sin
 
 

@@ -12,15 +12,15 @@ it in the custom op's dispatch frame, which may be its own overhead. This times,
   ``JITFunction.run`` with the same arguments and nothing else (Triton's share alone);
 * ``inclusive``: every function of the package (and a few torch and torch.cuda calls) wrapped
   with a timer, inclusive microseconds and calls per block call, largest first (the wrappers
-  add ~1 us per call);
-* ``fast0_*`` / ``fast1_*``: the compiled call and the block with kernels/launcher.py's fast
-  path off and on, and ``fast_bitwise_equal``: both give the same bits on fresh inputs.
+  add ~1 us per call).
+
+Results: runs/profiles/host_breakdown_*.json (the run at 0961cd6 also timed a launch path that
+bypassed Triton's argument binding, since removed: docs/kernels.md note 52).
 
     PYTHONPATH=$PWD python perf/experiments/host_breakdown.py [--cases 131x1] [--calls 300]
 """
 import argparse
 import json
-import os
 import sys
 import time
 import types
@@ -141,9 +141,7 @@ def main():
         tensors, spec = seen[0]
         row = {"full": per_call_us(lambda: fn(**inp), a.calls),
                "block": per_call_us(lambda: lower_block.run_block(tensors, spec), a.calls)}
-        # inside the block: Triton's run (every launch through it: the fast path off) and the
-        # cuBLAS GEMMs
-        os.environ["INDUCTOR_GQA_FAST_LAUNCH"] = "0"
+        # inside the block: Triton's run and the cuBLAS GEMMs
         jit_t, mm_t = Timer(), Timer()
         launches = []
         orig_run, orig_mm = tjit.JITFunction.run, fp16_plans._mm16
@@ -171,28 +169,7 @@ def main():
                 orig_run(jf, *args, grid=grid, warmup=False, **kwargs)
         row["triton_run_replay_us"] = per_call_us(replay, a.calls)
         row["kernels"] = [jf.fn.__name__ for jf, *_ in one_call]
-        os.environ.pop("INDUCTOR_GQA_FAST_LAUNCH")
         row["inclusive"] = inclusive(lambda: lower_block.run_block(tensors, spec), a.calls // 3)
-        # kernels/launcher.py's fast path against Triton's own launch, in one process: host time
-        # of both, and bitwise-equal outputs on fresh inputs (the same kernels and arguments)
-        for fast in ("0", "1"):
-            os.environ["INDUCTOR_GQA_FAST_LAUNCH"] = fast
-            row[f"fast{fast}_full"] = per_call_us(lambda: fn(**inp), a.calls)
-            row[f"fast{fast}_block"] = per_call_us(
-                lambda: lower_block.run_block(tensors, spec), a.calls)
-        same = []
-        for seed in (1, 2, 3):
-            fresh = bench.make_inputs(w, s, b, torch.device("cuda"), seed=seed)
-            outs = []
-            for fast in ("0", "1", "0"):
-                os.environ["INDUCTOR_GQA_FAST_LAUNCH"] = fast
-                got = fn(**fresh)
-                got = got if isinstance(got, tuple) else (got,)
-                outs.append([t.clone() for t in got if isinstance(t, torch.Tensor)])
-            same.append(all(torch.equal(x, y) for o in outs[1:] for x, y in zip(o, outs[0]))
-                        and all(bool(torch.isfinite(x).all()) for x in outs[1]))
-        os.environ.pop("INDUCTOR_GQA_FAST_LAUNCH", None)
-        row["fast_bitwise_equal"] = same
         report[case] = row
         print(case, json.dumps(row), flush=True)
         if a.out:
