@@ -36,6 +36,7 @@ import importlib
 
 op = importlib.import_module("inductor_gqa.op.attention_block")
 from perf import bench
+from perf.experiments.gqa_pack_bench import run_cases
 
 
 class Timer:
@@ -123,8 +124,8 @@ def main():
     torch.set_float32_matmul_precision("high")
     w = wl.WORKLOADS["W075"]
     fn = torch.compile(w.fn, backend="inductor_gqa")
-    report = {}
-    for case in a.cases.split(","):
+
+    def one_case(case):
         s, b = (int(t) for t in case.split("x"))
         inp = bench.make_inputs(w, s, b, torch.device("cuda"), seed=0)
         for _ in range(3):
@@ -170,11 +171,10 @@ def main():
         row["triton_run_replay_us"] = per_call_us(replay, a.calls)
         row["kernels"] = [jf.fn.__name__ for jf, *_ in one_call]
         row["inclusive"] = inclusive(lambda: lower_block.run_block(tensors, spec), a.calls // 3)
-        report[case] = row
         print(case, json.dumps(row), flush=True)
-        if a.out:
-            with open(a.out, "w") as f:
-                json.dump(report, f, indent=1)
+        return row
+
+    run_cases(one_case, a.cases, a.out)
 
 
 if __name__ == "__main__":
