@@ -19,13 +19,14 @@ Hopper (sm_90) and later only; off in the CPU interpreter and with ``INDUCTOR_GQ
 
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from .host import capability
 
 
 @triton.jit
@@ -34,11 +35,6 @@ def wait_for_predecessor(PDL: tl.constexpr):
         gdc_wait()
     if PDL == 2:
         gdc_launch_dependents()
-
-
-@functools.lru_cache(maxsize=None)
-def _device_supports(index: int) -> bool:
-    return torch.cuda.get_device_capability(index) >= (9, 0) and torch.version.hip is None
 
 
 _MODES: dict = {}
@@ -58,8 +54,7 @@ def mode(device: torch.device) -> int:
         if env == "0" or device.type != "cuda" or interp == "1":
             m = 0
         else:
-            index = device.index if device.index is not None else torch.cuda.current_device()
-            m = int(env) if _device_supports(index) else 0
+            m = int(env) if capability(device) >= (9, 0) and torch.version.hip is None else 0
         _MODES[key] = m
     return m
 

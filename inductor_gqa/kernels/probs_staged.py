@@ -446,8 +446,11 @@ def operands_ok(q16, k16, v16, head_dim, mask_kind, scale) -> bool:
 
 def supported(q16, k16, v16, seq, head_dim, mask_kind, scale, cfg) -> bool:
     """Where this kernel may replace flash.py's probabilities path (see the module docstring)."""
-    return (operands_ok(q16, k16, v16, head_dim, mask_kind, scale)
-            and smem_bytes(seq, head_dim, cfg) <= SMEM_PER_BLOCK)
+    return operands_ok(q16, k16, v16, head_dim, mask_kind, scale) and _fits(seq, head_dim, cfg)
+
+
+def _fits(seq, head_dim, cfg) -> bool:
+    return smem_bytes(seq, head_dim, cfg) <= SMEM_PER_BLOCK
 
 
 def candidates(q16, k16, v16, seq, head_dim, mask_kind, scale, groups=1):
@@ -457,8 +460,7 @@ def candidates(q16, k16, v16, seq, head_dim, mask_kind, scale, groups=1):
             and operands_ok(q16, k16, v16, head_dim, mask_kind, scale)):
         return []
     packed = PACKED_CONFIGS if groups % 4 == 0 else []
-    return [("staged",) + c for c in CONFIGS + packed
-            if smem_bytes(seq, head_dim, c) <= SMEM_PER_BLOCK]
+    return [("staged",) + c for c in CONFIGS + packed if _fits(seq, head_dim, c)]
 
 
 def _desc(t2d, block):
