@@ -20,6 +20,7 @@ bypassed Triton's argument binding, since removed: docs/kernels.md note 52).
     PYTHONPATH=$PWD python perf/experiments/host_breakdown.py [--cases 131x1] [--calls 300]
 """
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -32,11 +33,11 @@ import inductor_gqa  # noqa: F401  (registers the backend)
 from inductor_gqa import workloads as wl
 from inductor_gqa.lower import block as lower_block
 from inductor_gqa.lower import fp16_plans
-import importlib
-
-op = importlib.import_module("inductor_gqa.op.attention_block")
 from perf import bench
 from perf.experiments.gqa_pack_bench import run_cases
+
+# the op's module (the package's name ``attention_block`` is the op itself)
+op = importlib.import_module("inductor_gqa.op.attention_block")
 
 
 class Timer:
@@ -81,14 +82,13 @@ def inclusive(fn, calls):
         undo.append((owner, name, f))
         setattr(owner, name, t.wrap(f))
 
-    originals = {}
     mods = [m for n, m in list(sys.modules.items())
             if n.startswith("inductor_gqa") and isinstance(m, types.ModuleType)]
     for m in mods:
         for k, v in list(vars(m).items()):
             if isinstance(v, types.FunctionType) and v.__module__.startswith("inductor_gqa"):
-                originals.setdefault(id(v), (v, f"{v.__module__.split('.')[-1]}.{v.__name__}"))
-                patch(m, k, v, originals[id(v)][1])
+                # one timer per function, wherever it was imported to
+                patch(m, k, v, f"{v.__module__.split('.')[-1]}.{v.__name__}")
             elif isinstance(v, type) and v.__module__.startswith("inductor_gqa") and \
                     v.__module__ == m.__name__:
                 for mk, mv in list(vars(v).items()):
