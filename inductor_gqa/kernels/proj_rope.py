@@ -34,7 +34,7 @@ import triton.language as tl
 
 from . import pdl, tuning
 from .host import cdiv
-from .qk_epilogue import FP16_MIN_NORMAL, NORM_CODES, ROPE_CODES, bad_rows16, norm_rope_halves
+from .qk_epilogue import NORM_CODES, ROPE_CODES, bad_rows16, norm_rope_halves
 
 try:
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -52,11 +52,6 @@ except ImportError:     # pragma: no cover
 # on 4 warps and 128x256 spill on sm_90 (255 registers); these do not
 CONFIGS = [(64, 64, 64, 4, 4, False), (64, 128, 64, 4, 4, False), (64, 128, 64, 4, 3, False),
            (128, 128, 64, 8, 4, True), (128, 128, 64, 8, 3, True), (128, 128, 64, 8, 4, False)]
-# the float32-operand forms (A32 / B32): a float32 tile takes twice the shared memory of an fp16
-# one, so shallower K steps
-CONFIGS32 = [(64, 64, 32, 4, 4, False), (64, 64, 64, 4, 3, False), (64, 128, 32, 4, 4, False),
-             (64, 128, 64, 4, 3, False), (128, 128, 32, 8, 4, True), (128, 128, 64, 8, 3, True),
-             (128, 128, 32, 8, 4, False), (128, 128, 32, 8, 3, True)]
 
 
 @triton.jit
@@ -121,67 +116,26 @@ def _cos_sin(rows, m_ok, pos_ptr, pos_b, pos_s, inv_ptr, S, HALF: tl.constexpr,
 
 
 @triton.jit
-def _mainloop(a_desc, b_desc, off_m, off_b, K, BM: tl.constexpr, BN: tl.constexpr,
-              BK: tl.constexpr, A32: tl.constexpr, B32: tl.constexpr, UPCAST: tl.constexpr):
-    """acc [BM, BN] = a[off_m:, :] @ b[off_b:, :]^T, and the rows' largest magnitudes of float32
-    operands (A32: x, B32: W), which are rounded to fp16 here, tile by tile."""
+def _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
+          qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
+          NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D: tl.constexpr, BM: tl.constexpr,
+          BN: tl.constexpr, BK: tl.constexpr, NORM: tl.constexpr, ROPE: tl.constexpr,
+          ANGLES: tl.constexpr, UPCAST: tl.constexpr):
+    off_m = pid_m * BM
+    off_n = pid_n * BN
     acc = tl.zeros((BM, BN), tl.float32)
-    amax = tl.zeros((BM, BK), tl.float32)
-    bmax = tl.zeros((BN, BK), tl.float32)
     for ki in range(tl.cdiv(K, BK)):
         a = a_desc.load([off_m, ki * BK])
-        b = b_desc.load([off_b, ki * BK])
-        if A32:
-            amax = tl.maximum(amax, tl.abs(a))
-            a = a.to(tl.float16)
-        if B32:
-            bmax = tl.maximum(bmax, tl.abs(b))
-            b = b.to(tl.float16)
+        b = b_desc.load([off_n, ki * BK])
         if UPCAST:      # the interpreter's 16-bit dot is not exact
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b.T, acc)
-    return acc, tl.max(amax, 1), tl.max(bmax, 1)
-
-
-@triton.jit
-def _tile(a_desc, bq_desc, bk_desc, bv_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr,
-          feat_inv_ptr, qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S,
-          flag_ptr, NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D: tl.constexpr, BM: tl.constexpr,
-          BN: tl.constexpr, BK: tl.constexpr, NORM: tl.constexpr, ROPE: tl.constexpr,
-          ANGLES: tl.constexpr, UPCAST: tl.constexpr, A32: tl.constexpr, B32: tl.constexpr):
-    off_m = pid_m * BM
-    off_n = pid_n * BN
-    if B32:     # the three float32 weights where they are
-        if off_n < NQ:
-            acc, ra, rb = _mainloop(a_desc, bq_desc, off_m, off_n, K, BM, BN, BK, A32, B32,
-                                    UPCAST)
-        elif off_n < NQ + NK:
-            acc, ra, rb = _mainloop(a_desc, bk_desc, off_m, off_n - NQ, K, BM, BN, BK, A32,
-                                    B32, UPCAST)
-        else:
-            acc, ra, rb = _mainloop(a_desc, bv_desc, off_m, off_n - NQ - NK, K, BM, BN, BK,
-                                    A32, B32, UPCAST)
-    else:       # one fp16 operand holding the three weights' scaled rows
-        acc, ra, rb = _mainloop(a_desc, bq_desc, off_m, off_n, K, BM, BN, BK, A32, B32, UPCAST)
     rows = off_m + tl.arange(0, BM)
     m_ok = rows < M
-    x = acc
-    if A32:
-        # x rows rounded to fp16 unscaled: a nonzero row whose largest value is below fp16's
-        # smallest normal raises the flag (the range rule of the copies); an overflow makes
-        # the products non-finite, which the epilogue's rule catches
-        bad = (ra > 0.0) & (ra < FP16_MIN_NORMAL) & m_ok
-        tl.atomic_max(flag_ptr + tl.zeros_like(bad).to(tl.int32), 1, mask=bad)
-    else:
-        tok_inv = tl.load(tok_inv_ptr + rows, mask=m_ok, other=1.0)
-        x = x * tok_inv[:, None]
-    if B32:
-        bad = (rb > 0.0) & (rb < FP16_MIN_NORMAL)
-        tl.atomic_max(flag_ptr + tl.zeros_like(bad).to(tl.int32), 1, mask=bad)
-    else:
-        feat_inv = tl.load(feat_inv_ptr + off_n + tl.arange(0, BN))
-        x = x * feat_inv[None, :]
+    feat_inv = tl.load(feat_inv_ptr + off_n + tl.arange(0, BN))
+    tok_inv = tl.load(tok_inv_ptr + rows, mask=m_ok, other=1.0)
+    x = acc * tok_inv[:, None] * feat_inv[None, :]
     HB: tl.constexpr = BN // D
     HALF: tl.constexpr = D // 2
     if ANGLES:
@@ -206,30 +160,30 @@ def _tile(a_desc, bq_desc, bk_desc, bv_desc, out_desc, pid_m, pid_n, M, K, tok_i
 
 
 @triton.jit
-def proj_rope_kernel(a_desc, bq_desc, bk_desc, bv_desc, out_desc, M, N, K, tok_inv_ptr,
-                     feat_inv_ptr, qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                     S, flag_ptr, NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr,
+def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_ptr,
+                     qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S,
+                     flag_ptr, NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr,
                      D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                      NORM: tl.constexpr, ROPE: tl.constexpr, PERSISTENT: tl.constexpr,
                      NUM_SMS: tl.constexpr, ANGLES: tl.constexpr = False,
-                     UPCAST: tl.constexpr = False, A32: tl.constexpr = False,
-                     B32: tl.constexpr = False, PDL: tl.constexpr = 0):
+                     UPCAST: tl.constexpr = False,
+                     PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
     num_m = tl.cdiv(M, BM)
     num_n = tl.cdiv(N, BN)
     if PERSISTENT:
         for t in tl.range(tl.program_id(0), num_m * num_n, NUM_SMS, flatten=True):
             pid_m, pid_n = _tile_of(t, num_m, num_n, 8)
-            _tile(a_desc, bq_desc, bk_desc, bv_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr,
-                  feat_inv_ptr, qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d,
-                  S, flag_ptr, NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM,
-                  ROPE, ANGLES, UPCAST, A32, B32)
+            _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
+                  qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
+                  NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM, ROPE, ANGLES,
+                  UPCAST)
     else:
         pid_m, pid_n = _tile_of(tl.program_id(0), num_m, num_n, 8)
-        _tile(a_desc, bq_desc, bk_desc, bv_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr,
-              feat_inv_ptr, qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S,
-              flag_ptr, NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM, ROPE,
-              ANGLES, UPCAST, A32, B32)
+        _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
+              qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
+              NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM, ROPE, ANGLES,
+              UPCAST)
 
 
 def covers(head_dim, rope, rotary_dim) -> bool:
@@ -265,46 +219,30 @@ def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_nor
     """out16 [M, Nq + Nk + Nv] fp16 = the copies of q, k, v: x16 [M, K] @ w16 [N, K]^T (fp16,
     row-major, rows 16-byte aligned) times tok_inv [M] and feat_inv [N], then per-head norm and
     RoPE on the q and k columns (``parts`` = (Nq, Nk, Nv)); raises ``flag`` by the range rule.
-    x16 may instead be the float32 x (tok_inv None) and w16 the three float32 weights
-    (wq, wk, wv) where they are (feat_inv None): those are rounded to fp16 tile by tile in the
-    launch, unscaled, each row's largest magnitude checked by the copies' range rule.
     cos/sin: [B, S, D]-broadcast views (None without RoPE).
     ``angles`` = (inv_freq [D/2] float32, position_ids [B, S] integer): cos/sin of
     rotate-half RoPE over tables cat((f, f)) are computed in the launch from them (``_cos_sin``)
     instead of loaded (the tables stay the fallback's)."""
     bm, bn, bk, nw, ns, persistent = cfg
     m, k = x16.shape
+    n = w16.shape[0]
     nq, nk, nv = parts
-    a32 = x16.dtype == torch.float32
-    b32 = isinstance(w16, (tuple, list))
-    ws = tuple(w16) if b32 else (w16,)
-    wdt = torch.float32 if b32 else torch.float16
-    shapes_ok = (all(w.shape[1] == k and w.dtype == wdt for w in ws)
-                 and (tuple(w.shape[0] for w in ws) == parts if b32
-                      else ws[0].shape[0] == nq + nk + nv))
-    if (x16.dtype not in (torch.float16, torch.float32) or not shapes_ok
-            or out16.shape != (m, nq + nk + nv) or out16.dtype != torch.float16
-            or (tok_inv is None) != a32 or (feat_inv is None) != b32
+    if (x16.dtype != torch.float16 or w16.dtype != torch.float16 or w16.shape[1] != k
+            or n != nq + nk + nv or out16.shape != (m, n) or out16.dtype != torch.float16
             or not config_fits(cfg, parts, head_dim)
             or not covers(head_dim, rope, head_dim if rope != "none" else 0)):
         raise ValueError(f"proj_rope.launch: operands or config {cfg} not covered")
-    for t in (x16, out16) + ws:
-        if t.stride(-1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
+    for t in (x16, w16, out16):
+        if t.stride(-1) != 1 or (t.stride(0) * 2) % 16 or t.data_ptr() % 16:
             raise ValueError("proj_rope.launch: rows must be 16-byte aligned, unit column "
                              "stride")
     a_desc = TensorDescriptor.from_tensor(x16, [bm, bk])
-    b_descs = [TensorDescriptor.from_tensor(w, [bn, bk]) for w in ws]
-    b_descs += b_descs[-1:] * (3 - len(b_descs))
+    b_desc = TensorDescriptor.from_tensor(w16, [bn, bk])
     o_desc = TensorDescriptor.from_tensor(out16, [bm, bn])
-    # a float32 placeholder for the pointers a launch never reads (A32/B32's scales, the
-    # tables without RoPE, the norm weights without a norm)
-    ph = next(t for t in (tok_inv, feat_inv, x16) if t is not None and t.dtype == torch.float32)
-    tok_inv = ph if tok_inv is None else tok_inv
-    feat_inv = ph if feat_inv is None else feat_inv
     if rope != "none":
         cs = (cos.stride(0), cos.stride(1), cos.stride(2))
     else:
-        cos = sin = ph
+        cos = sin = tok_inv
         cs = (0, 0, 0)
     if angles is not None:
         inv_freq, pos = angles
@@ -316,16 +254,16 @@ def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_nor
         inv_freq = inv_freq.reshape(-1).contiguous()
         pos_args = (pos, pos.stride(0), pos.stride(1), inv_freq)
     else:
-        pos_args = (ph, 0, 0, ph)
-    qw = q_norm_weight if norm != "none" else ph
-    kw = k_norm_weight if norm != "none" else ph
-    tiles = cdiv(m, bm) * cdiv(nq + nk + nv, bn)
+        pos_args = (tok_inv, 0, 0, tok_inv)
+    qw = q_norm_weight if norm != "none" else tok_inv
+    kw = k_norm_weight if norm != "none" else tok_inv
+    tiles = cdiv(m, bm) * cdiv(n, bn)
     sms = _sm_count(x16.device) if x16.is_cuda else 4
     grid = (min(tiles, sms),) if persistent else (tiles,)
     proj_rope_kernel[grid](
-        a_desc, *b_descs, o_desc, m, nq + nk + nv, k, tok_inv, feat_inv, qw, kw, float(eps),
+        a_desc, b_desc, o_desc, m, n, k, tok_inv, feat_inv, qw, kw, float(eps),
         float(eps if eps_k is None else eps_k), cos, sin, *cs, seq, flag, nq, nk, *pos_args,
         D=head_dim, BM=bm, BN=bn, BK=bk, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
         PERSISTENT=bool(persistent), NUM_SMS=sms, ANGLES=angles is not None,
-        UPCAST=tuning.interpreting(), A32=a32, B32=b32, num_warps=nw, num_stages=ns,
+        UPCAST=tuning.interpreting(), num_warps=nw, num_stages=ns,
         **pdl.launch_options(x16.device))

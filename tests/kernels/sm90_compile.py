@@ -345,38 +345,27 @@ def overlap_jobs():
     return jobs
 
 
-def proj_rope_jobs(configs=None, operands=None):
+def proj_rope_jobs():
     """kernels/proj_rope.py (the Q/K/V GEMM with the norm/RoPE epilogue) for every candidate
     config at W075's head (64, rotate-half RoPE): cos/sin from the angles (the default where the
-    op gets inv_freq and positions), with a norm, and loaded from tables; and each candidate
-    of the float32-operand forms (A32: x, B32: the weights, rounded in the launch)."""
+    op gets inv_freq and positions), with a norm, and loaded from tables."""
     from inductor_gqa.kernels import proj_rope
 
     if proj_rope.TensorDescriptor is None:
         return []
     jobs = []
-    forms = [(cfg, False, False) for cfg in proj_rope.CONFIGS]
-    forms += [(cfg, a32, b32) for a32, b32 in ((True, False), (True, True))
-              for cfg in proj_rope.CONFIGS32]
-    if configs is not None:
-        forms = [(cfg, a32, b32) for cfg in configs for a32, b32 in operands]
-    for cfg, a32, b32 in forms:
+    for cfg in proj_rope.CONFIGS:
         bm, bn, bk, nw, ns, persistent = cfg
-        variants = ((0, True), (1, True), (0, False)) if not (a32 or b32) else ((0, True),)
-        for norm, angles in variants:
-            at, bt = ("fp32" if a32 else "fp16"), ("fp32" if b32 else "fp16")
-            types = dict(a_desc=f"tensordesc<{at}[{bm}, {bk}]>",
-                         bq_desc=f"tensordesc<{bt}[{bn}, {bk}]>",
-                         bk_desc=f"tensordesc<{bt}[{bn}, {bk}]>",
-                         bv_desc=f"tensordesc<{bt}[{bn}, {bk}]>",
+        for norm, angles in ((0, True), (1, True), (0, False)):
+            types = dict(a_desc=f"tensordesc<fp16[{bm}, {bk}]>",
+                         b_desc=f"tensordesc<fp16[{bn}, {bk}]>",
                          out_desc=f"tensordesc<fp16[{bm}, {bn}]>", tok_inv_ptr="*fp32",
                          feat_inv_ptr="*fp32", qw_ptr="*fp32", kw_ptr="*fp32", eps="fp32",
                          eps_k="fp32", cos_ptr="*fp32", sin_ptr="*fp32", flag_ptr="*i32",
                          pos_ptr="*i64", inv_ptr="*fp32")
             consts = dict(D=64, BM=bm, BN=bn, BK=bk, NORM=norm, ROPE=1, PERSISTENT=persistent,
-                          NUM_SMS=132, cs_d=1, ANGLES=angles, A32=a32, B32=b32)
-            tag = (" angles" if angles else " tables") + (" a32" if a32 else "") + (
-                " b32" if b32 else "")
+                          NUM_SMS=132, cs_d=1, ANGLES=angles)
+            tag = " angles" if angles else " tables"
             jobs.append(_job(f"proj_rope {cfg} norm{norm}{tag}", "inductor_gqa.kernels.proj_rope",
                              "proj_rope_kernel", types, consts, nw, ns))
     return jobs
