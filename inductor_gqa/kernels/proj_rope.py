@@ -49,17 +49,9 @@ except ImportError:     # pragma: no cover
 # (BM, BN, BK, warps, stages, persistent). H200, W075's Q/K/V shape as a plain fp16 GEMM
 # (perf/experiments/tma_gemm_bench.py): 64x64 one tile per program best up to ~1024 rows,
 # 128x128 / 128x256 persistent from ~2048, within 0-12% of cuBLAS. With the epilogue, 128x128
-# on 4 warps and 128x256 spill on sm_90 (255 registers); these do not.
-# persistent 2: two persistent programs per SM, held to 128 registers (MAXNREG) and ~98 KB of
-# shared memory each, so one program's epilogue runs while the other's main loop keeps the
-# tensor cores busy (the epilogue is ~20% of a tile at 128x128: 53 vs 42 us at 8192 rows). The
-# 128x128 one-tile programs of 32-deep K steps fit two per SM on their own (127 registers,
-# 49-66 KB)
+# on 4 warps and 128x256 spill on sm_90 (255 registers); these do not
 CONFIGS = [(64, 64, 64, 4, 4, False), (64, 128, 64, 4, 4, False), (64, 128, 64, 4, 3, False),
-           (128, 128, 64, 8, 4, True), (128, 128, 64, 8, 3, True), (128, 128, 64, 8, 4, False),
-           (128, 128, 32, 8, 4, 2), (128, 128, 64, 8, 2, 2), (128, 128, 32, 8, 4, False),
-           (128, 128, 64, 8, 2, False)]
-MAXNREG = 128
+           (128, 128, 64, 8, 4, True), (128, 128, 64, 8, 3, True), (128, 128, 64, 8, 4, False)]
 
 
 @triton.jit
@@ -267,13 +259,11 @@ def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_nor
     kw = k_norm_weight if norm != "none" else tok_inv
     tiles = cdiv(m, bm) * cdiv(n, bn)
     sms = _sm_count(x16.device) if x16.is_cuda else 4
-    progs = sms * int(persistent)      # persistent programs: one or two per SM
-    grid = (min(tiles, progs),) if persistent else (tiles,)
-    extra = {"maxnreg": MAXNREG} if persistent == 2 and x16.is_cuda else {}
+    grid = (min(tiles, sms),) if persistent else (tiles,)
     proj_rope_kernel[grid](
         a_desc, b_desc, o_desc, m, n, k, tok_inv, feat_inv, qw, kw, float(eps),
         float(eps if eps_k is None else eps_k), cos, sin, *cs, seq, flag, nq, nk, *pos_args,
         D=head_dim, BM=bm, BN=bn, BK=bk, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
-        PERSISTENT=bool(persistent), NUM_SMS=max(progs, 1), ANGLES=angles is not None,
-        UPCAST=tuning.interpreting(), num_warps=nw, num_stages=ns, **extra,
+        PERSISTENT=bool(persistent), NUM_SMS=sms, ANGLES=angles is not None,
+        UPCAST=tuning.interpreting(), num_warps=nw, num_stages=ns,
         **pdl.launch_options(x16.device))

@@ -363,15 +363,11 @@ def proj_rope_jobs():
                          feat_inv_ptr="*fp32", qw_ptr="*fp32", kw_ptr="*fp32", eps="fp32",
                          eps_k="fp32", cos_ptr="*fp32", sin_ptr="*fp32", flag_ptr="*i32",
                          pos_ptr="*i64", inv_ptr="*fp32")
-            consts = dict(D=64, BM=bm, BN=bn, BK=bk, NORM=norm, ROPE=1,
-                          PERSISTENT=bool(persistent), NUM_SMS=132 * max(int(persistent), 1),
-                          cs_d=1, ANGLES=angles)
+            consts = dict(D=64, BM=bm, BN=bn, BK=bk, NORM=norm, ROPE=1, PERSISTENT=persistent,
+                          NUM_SMS=132, cs_d=1, ANGLES=angles)
             tag = " angles" if angles else " tables"
-            job = _job(f"proj_rope {cfg} norm{norm}{tag}", "inductor_gqa.kernels.proj_rope",
-                       "proj_rope_kernel", types, consts, nw, ns)
-            if persistent == 2:     # two programs per SM: the launch's register cap
-                job[5]["maxnreg"] = proj_rope.MAXNREG
-            jobs.append(job)
+            jobs.append(_job(f"proj_rope {cfg} norm{norm}{tag}", "inductor_gqa.kernels.proj_rope",
+                             "proj_rope_kernel", types, consts, nw, ns))
     return jobs
 
 
