@@ -48,7 +48,6 @@ CPU (tests/kernels/test_probs_staged_compile.py).
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
@@ -82,9 +81,6 @@ CONFIGS = [(64, 128, 4, 2), (64, 128, 4, 2, "pp"), (64, 64, 4, 3, "pp")]
 # 106.1, 512x8 and 512x4 unchanged; the 64-key ping-pong gained nowhere
 PACKED_CONFIGS = [(64, 128, 4, 2, "gp4"), (64, 128, 4, 2, "pp", "gp4")]
 PINGPONG_REGS = 168         # registers per thread of the second warpgroup
-# with the shifted stores (``shifted_stores``): their shuffled copy and carried columns need
-# ~70 more (at 168, ~180 spill instructions on sm_90; at 248, 2-4)
-PINGPONG_REGS_SHIFT = 248
 
 
 if HAVE_GLUON:
@@ -173,117 +169,14 @@ if HAVE_GLUON:
         return m_i, l_i
 
     @gluon.jit
-    def _shift_quads(prob, carry, row_off, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                     NW: gl.constexpr):
-        """(out, w): ``prob`` [BLOCK_M, BLOCK_N] (four consecutive columns per thread, _st_layout)
-        shifted right by each row's a = row_off mod 4 within 16-byte chunks: a thread's
-        value k is the row's value a columns to the left, from its own four or, for k < a,
-        from the lane to its left (a warp shuffle, ``w``); a row's first lane takes those from
-        ``carry`` (the previous column block's ``w``, whose first lanes hold that block's last
-        four columns)."""
-        gl.static_assert(BLOCK_N // 4 <= 32, "a row's quads must fit one warp")
-        st_layout: gl.constexpr = _st_layout(BLOCK_N, NW)
-        TPR: gl.constexpr = BLOCK_N // 4                      # threads per row (_st_layout)
-        zero2 = gl.zeros([BLOCK_M, BLOCK_N], gl.int32, st_layout)
-        lane = gl.inline_asm_elementwise("mov.u32 $0, %laneid; // $1", "=r,r", [zero2],
-                                         dtype=gl.int32, is_pure=True, pack=1)
-        first = (lane % TPR) == 0
-        # the left neighbour's values; a row's first lane gets the row's last lane's instead
-        src = gl.where(first, lane + (TPR - 1), lane - 1)
-        w = gl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 0x1f, -1;", "=r,r,r",
-                                      [prob, src], dtype=gl.float32, is_pure=True, pack=1)
-        left = gl.where(first, carry, w)
-        a = (row_off % 4).to(gl.int32)
-        v0, v1, v2, v3 = _quads(prob, BLOCK_M, BLOCK_N)
-        l0, l1, l2, l3 = _quads(left, BLOCK_M, BLOCK_N)
-        quad_layout: gl.constexpr = v0.type.layout
-        a2 = gl.expand_dims(gl.convert_layout(a, gl.SliceLayout(1, quad_layout)), 1)
-        o0 = _pick4(a2, v0, l3, l2, l1)
-        o1 = _pick4(a2, v1, v0, l3, l2)
-        o2 = _pick4(a2, v2, v1, v0, l3)
-        o3 = _pick4(a2, v3, v2, v1, v0)
-        out = gl.reshape(gl.join(gl.join(o0, o2), gl.join(o1, o3)), [BLOCK_M, BLOCK_N])
-        return gl.convert_layout(out, st_layout), w
-
-    @gluon.jit
-    def _shifted_ptrs(P, row_off, col0, BLOCK_N: gl.constexpr, NW: gl.constexpr):
-        """Pointers of a shifted column block at col0 (row bases rounded down to 16 bytes: P
-        is 16-byte aligned, the launch checks it), and each column's chunk start."""
-        st_layout: gl.constexpr = _st_layout(BLOCK_N, NW)
-        cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, st_layout))
-        rows = P + gl.expand_dims((row_off // 4) * 4, 1)
-        return rows + gl.expand_dims(col0 + cols, 0), gl.expand_dims(col0 + (cols // 4) * 4, 0)
-
-    @gluon.jit
-    def _shifted_store(P, row_off, row_ok, prob, carry, col0, S, BLOCK_M: gl.constexpr,
-                       BLOCK_N: gl.constexpr, NW: gl.constexpr):
-        """The 16-byte stores of a column block of probabilities [BLOCK_M, BLOCK_N] (columns
-        col0 on) whose rows start off 16-byte alignment (S % 4 != 0: row r starts a = row_off
-        mod 4 floats past an aligned address): every chunk wholly inside its row (chunk
-        columns c with a <= c - 0 and c - a + 3 < S), shifted by ``_shift_quads``. The
-        partial chunks at a row's two ends are ``_shifted_edges``'. Returns the carry for the
-        next block. Plain stores there are 4-byte (the row stride is not a multiple of 16):
-        449x16 about 17% slower than an aligned S (docs note 54)."""
-        out, w = _shift_quads(prob, carry, row_off, BLOCK_M, BLOCK_N, NW)
-        ptrs, chunk = _shifted_ptrs(P, row_off, col0, BLOCK_N, NW)
-        a = gl.expand_dims((row_off % 4).to(gl.int32), 1)
-        inside = row_ok & (chunk >= a) & (chunk < (S - 3) + a)
-        gl.store(ptrs, out, mask=inside, eviction_policy="evict_first")
-        return w
-
-    @gluon.jit
-    def _shifted_edges(P, row_off, row_ok, p_smem, m_smem, lse, n_comp, S,
-                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, NW: gl.constexpr):
-        """The partial chunks ``_shifted_store`` leaves: each row's first (key tile 0) and last
-        (the last key tile; the launch makes sure it holds the row's last chunk with its left
-        neighbour, ``shifted_stores``), value by value, from the staged tiles, in column
-        halves (``row_off``, ``row_ok``, ``lse`` in the halves' layout)."""
-        HN: gl.constexpr = BLOCK_N // 2
-        sh_layout: gl.constexpr = _st_layout(HN, NW)
-        row_sh: gl.constexpr = gl.SliceLayout(1, sh_layout)
-        cols = gl.arange(0, HN, layout=gl.SliceLayout(0, sh_layout))
-        a = gl.expand_dims((row_off % 4).to(gl.int32), 1)
-        for e in gl.static_range(2):
-            t = 0 if e == 0 else n_comp - 1
-            if e == 0 or t > 0:
-                f = gl.expand_dims(gl.exp2(m_smem.index(t).load(row_sh) - lse), 1)
-                carry = gl.zeros([BLOCK_M, HN], gl.float32, sh_layout)
-                for hh in gl.static_range(2):
-                    col0 = t * BLOCK_N + hh * HN
-                    ph = p_smem.index(t).slice(hh * HN, HN, dim=1).load(sh_layout)
-                    out, carry = _shift_quads(ph.to(gl.float32) * f, carry, row_off, BLOCK_M,
-                                              HN, NW)
-                    ptrs, chunk = _shifted_ptrs(P, row_off, col0, HN, NW)
-                    c_true = gl.expand_dims(col0 + cols, 0) - a
-                    inside = (chunk >= a) & (chunk < (S - 3) + a)
-                    edge = row_ok & (c_true >= 0) & (c_true < S) & ~inside
-                    gl.store(ptrs, out, mask=edge, eviction_policy="evict_first")
-
-    @gluon.jit
-    def _quads(x, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-        """A [BLOCK_M, BLOCK_N] tile held four consecutive columns per thread, as the four
-        [BLOCK_M, BLOCK_N // 4] tensors of each thread's first, second, third, fourth value."""
-        xa, xb = gl.split(gl.reshape(x, [BLOCK_M, BLOCK_N // 4, 2, 2]))
-        x0, x2 = gl.split(xa)
-        x1, x3 = gl.split(xb)
-        return x0, x1, x2, x3
-
-    @gluon.jit
-    def _pick4(a, x0, x1, x2, x3):
-        """x_a, elementwise (a in 0..3, broadcast)."""
-        return gl.where(a == 0, x0, gl.where(a == 1, x1, gl.where(a == 2, x2, x3)))
-
-    @gluon.jit
     def _store_loop(u, n_comp, lse_st, lse_o, p_rows, row_ok, S, k_desc, v_desc,
-                    kv_smem, p_smem, m_smem, kv_bar, kv_row, kvh, P, row_off,
+                    kv_smem, p_smem, m_smem, kv_bar, kv_row, kvh,
                     D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    STAGES: gl.constexpr, NW: gl.constexpr, SHIFT: gl.constexpr):
+                    STAGES: gl.constexpr, NW: gl.constexpr):
         """Loop 2 over the staged tiles: the probabilities p * 2^(m_j - lse) out (columns
         j * BLOCK_N on, rows at ``p_rows``, where ``row_ok``) while P @ V_j runs on the staged
         tile (the ring's loads u + n_comp + j); ``lse_st``/``lse_o``: the rows' log-sum-exp in
-        the stores' and the o layout. With SHIFT the stores go out as ``_shifted_store`` writes
-        them (``row_off``: each row's offset in ``P``, in floats). Returns P @ V, normalized,
-        in the o layout."""
+        the stores' and the o layout. Returns P @ V, normalized, in the o layout."""
         o_layout: gl.constexpr = _o_layout(D, NW)
         st_layout: gl.constexpr = _st_layout(BLOCK_N, NW)
         row_st: gl.constexpr = gl.SliceLayout(1, st_layout)
@@ -291,14 +184,6 @@ if HAVE_GLUON:
         cols_st = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, st_layout))
         o_zero = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
         acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
-        HN: gl.constexpr = BLOCK_N // 2
-        sh_layout: gl.constexpr = _st_layout(HN, NW)
-        row_sh: gl.constexpr = gl.SliceLayout(1, sh_layout)
-        carry = gl.zeros([BLOCK_M, HN], gl.float32, sh_layout)
-        if SHIFT:
-            lse_sh = gl.convert_layout(lse_st, row_sh)
-            row_off_sh = gl.convert_layout(row_off, row_sh)
-            row_ok_sh = gl.convert_layout(row_ok, sh_layout)
         for j in range(n_comp):
             _block_barrier()
             t = n_comp + j
@@ -309,27 +194,14 @@ if HAVE_GLUON:
             p_j = p_smem.index(j)
             v_s = kv_smem.index(slot)
             pv_tok = warpgroup_mma(p_j, v_s, o_zero, use_acc=False, is_async=True)
-            if SHIFT:
-                # in two column halves: the shifted values, their shuffled copy and the
-                # carry need three tiles of registers
-                f_h = gl.exp2(m_smem.index(j).load(row_sh) - lse_sh)
-                for hh in gl.static_range(2):
-                    ph = p_j.slice(hh * HN, HN, dim=1).load(sh_layout).to(gl.float32)
-                    carry = _shifted_store(P, row_off_sh, row_ok_sh,
-                                           ph * gl.expand_dims(f_h, 1), carry,
-                                           j * BLOCK_N + hh * HN, S, BLOCK_M, HN, NW)
-            else:
-                f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
-                prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
-                cols = j * BLOCK_N + cols_st
-                gl.store(p_rows + gl.expand_dims(cols, 0), prob,
-                         mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
+            f = gl.exp2(m_smem.index(j).load(row_st) - lse_st)
+            prob = p_j.load(st_layout).to(gl.float32) * gl.expand_dims(f, 1)
+            cols = j * BLOCK_N + cols_st
+            gl.store(p_rows + gl.expand_dims(cols, 0), prob,
+                     mask=row_ok & gl.expand_dims(cols < S, 0), eviction_policy="evict_first")
             pv = warpgroup_mma_wait(0, deps=(pv_tok, p_j, v_s))[0]
             f_o = gl.exp2(m_smem.index(j).load(row_o) - lse_o)
             acc = acc + pv * gl.expand_dims(f_o, 1)
-        if SHIFT:
-            _shifted_edges(P, row_off_sh, row_ok_sh, p_smem, m_smem, lse_sh, n_comp, S, BLOCK_M,
-                           BLOCK_N, NW)
         return acc
 
     @gluon.jit
@@ -375,7 +247,7 @@ if HAVE_GLUON:
                   D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   GUARD: gl.constexpr, WS: gl.constexpr, NW: gl.constexpr,
-                  GP: gl.constexpr, SHIFT: gl.constexpr):
+                  GP: gl.constexpr):
         """One row tile (BLOCK_M query rows of one head, or BLOCK_M // GP positions of GP
         heads): loop 1 stages p, loop 2 stores the probabilities and accumulates P @ V. ``u``: loads its warps' K/V ring took before;
         ``nth``: row tiles its warps did before (the q barrier's phase). With WS the loop 1s of
@@ -422,12 +294,12 @@ if HAVE_GLUON:
         rows_st = m0 + r_st % MR
         cols_st = gl.arange(0, BLOCK_N, layout=col_st)
         row_ok = gl.expand_dims(rows_st < S, 1)
-        row_off = (bh + r_st // MR).to(gl.int64) * sp_bh + rows_st.to(gl.int64) * sp_s
-        p_rows = P + gl.expand_dims(row_off, 1)
+        p_rows = P + gl.expand_dims((bh + r_st // MR).to(gl.int64) * sp_bh
+                                    + rows_st.to(gl.int64) * sp_s, 1)
         # loop 2: the normalized probabilities out, P @ V from the staged tiles
         acc = _store_loop(u, n_comp, lse_st, lse_o, p_rows, row_ok, S, k_desc, v_desc,
-                          kv_smem, p_smem, m_smem, kv_bar, kv_row, kvh, P, row_off, D, BLOCK_M,
-                          BLOCK_N, STAGES, NW, SHIFT)
+                          kv_smem, p_smem, m_smem, kv_bar, kv_row, kvh, D, BLOCK_M, BLOCK_N,
+                          STAGES, NW)
         if CAUSAL:
             zeros = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, st_layout)
             for j in range(n_comp, N_TILES):
@@ -473,8 +345,7 @@ if HAVE_GLUON:
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                             GUARD: gl.constexpr, num_warps: gl.constexpr,
-                            PDL: gl.constexpr = 0, GP: gl.constexpr = 1,
-                            SHIFT: gl.constexpr = False):
+                            PDL: gl.constexpr = 0, GP: gl.constexpr = 1):
         """One row tile per program (grid: row tiles x B*H/GP)."""
         _wait_for_predecessor(PDL)
         if GUARD == 1:
@@ -487,8 +358,7 @@ if HAVE_GLUON:
         _row_tile(tile, 0, 0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                   H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar,
                   q_bar, 0, False, q_bar,
-                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps, GP,
-                  SHIFT)
+                  D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, False, num_warps, GP)
         mbarrier.invalidate(q_bar)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(kv_bar.index(i))
@@ -499,8 +369,7 @@ if HAVE_GLUON:
                        kv_bar, tok,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       GUARD: gl.constexpr, NW: gl.constexpr, GP: gl.constexpr,
-                       SHIFT: gl.constexpr):
+                       GUARD: gl.constexpr, NW: gl.constexpr, GP: gl.constexpr):
         """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
         Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
         k - 1 (token ``tok[1 - role]``) and then passes its own token."""
@@ -514,8 +383,7 @@ if HAVE_GLUON:
             u = _row_tile(tile, u, nth, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh,
                           sp_s, H, G, S, qscale, n_m, q_smem, kv_smem, p_smem, m_smem, q_bar,
                           kv_bar, tok.index(1 - role), other & 1, other >= 0, tok.index(role),
-                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW, GP,
-                          SHIFT)
+                          D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, True, NW, GP)
             nth += 1
 
     @gluon.jit
@@ -525,7 +393,7 @@ if HAVE_GLUON:
                               N_TILES: gl.constexpr, STAGES: gl.constexpr,
                               CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
                               num_warps: gl.constexpr, PDL: gl.constexpr = 0,
-                              GP: gl.constexpr = 1, SHIFT: gl.constexpr = False):
+                              GP: gl.constexpr = 1):
         """Persistent programs of two warpgroups, each with its own buffers, taking the
         program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
         while the other computes (FlashAttention-3's ping-pong, with the stores in the place
@@ -543,11 +411,11 @@ if HAVE_GLUON:
             (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0, kvb0, tok,
                               D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
-                              GP, SHIFT)),
+                              GP)),
             (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1, kvb1, tok,
                               D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
-                              GP, SHIFT)),
+                              GP)),
         ], [num_warps], [REGS])
 
 
@@ -613,28 +481,13 @@ def descriptors(q16, k16, v16, rows, num_heads, groups, head_dim, block_m, block
     return _desc(q2, [block_m, head_dim]), _desc(k2, [block_n, head_dim]), v_desc
 
 
-def shifted_stores(probs, seq, block_n, causal) -> bool:
-    """Whether the probabilities go out through ``_shifted_store``: rows that start off
-    16-byte alignment (S % 16 != 0; S % 4 != 0 shifts them, S % 4 == 0 only lets the compiler
-    see the alignment), contiguous rows in a 16-byte aligned buffer, no causal zero tiles (the
-    shifted tiles would leave a gap before them), and key tiles reaching 3 columns past S with
-    at least 7 columns of S in the last one (a row's last chunk and the lane left of it lie in
-    the last tile, ``_shifted_edges``). INDUCTOR_GQA_SHIFTED_STORES=0 turns it off."""
-    return (os.environ.get("INDUCTOR_GQA_SHIFTED_STORES", "1") != "0" and not causal
-            and seq % 16 != 0 and cdiv(seq, block_n) * block_n >= seq + 3
-            and seq - (cdiv(seq, block_n) - 1) * block_n >= 7
-            and probs.data_ptr() % 16 == 0 and probs.stride(2) == seq
-            and probs.stride(1) == seq * seq and probs.stride(0) == probs.shape[1] * seq * seq)
-
-
 def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_dim, scale,
-           causal, cfg, guard=0, shift=None):
+           causal, cfg, guard=0):
     """q16 [B*S, >= H*D], k16/v16 [B*S, >= Hkv*D] fp16 row-major views (row stride
     ``.stride(0)``, unit column stride); out [B, S, H*D]-strided (row stride out.stride(1));
     probs [B, H, S, S] float32 with unit last stride; ``guard`` 1 exits at once if ``flag`` is
     set (flash.py's GUARD 1). ``cfg``: (BLOCK_M, BLOCK_N, warps, stages), optionally after the
-    "staged" tag. ``shift``: the probabilities' shifted stores (``shifted_stores``, the default
-    where it applies; True where it does not is an error)."""
+    "staged" tag."""
     if cfg and cfg[0] == "staged":
         cfg = cfg[1:]
     block_m, block_n, num_warps, stages = cfg[:4]
@@ -656,20 +509,13 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
     args = (out, probs, flag if guard else out, out.stride(0), out.stride(1), probs.stride(1),
             probs.stride(2), num_heads, groups, seq, float(scale) * LOG2E)
     n_m = cdiv(seq, block_m // gp)
-    can_shift = shifted_stores(probs, seq, block_n, causal)
-    if shift and not can_shift:
-        raise ValueError("probs_staged.launch: shifted stores do not apply here")
-    shift = can_shift if shift is None else bool(shift)
     meta = dict(D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=cdiv(seq, block_n),
                 STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps,
-                **pdl.launch_options(out.device), **({"GP": gp} if gp > 1 else {}),
-                **({"SHIFT": True} if shift else {}))
+                **pdl.launch_options(out.device), **({"GP": gp} if gp > 1 else {}))
     if pingpong:
         n_tiles = n_m * batch * (num_heads // gp)
         grid = (min(n_tiles, _sm_count(q16.device)),)
-        probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles,
-                                    REGS=PINGPONG_REGS_SHIFT if shift else PINGPONG_REGS,
-                                    **meta)
+        probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=PINGPONG_REGS, **meta)
     else:
         probs_staged_kernel[(n_m, batch * (num_heads // gp))](*descs, *args, **meta)
 

@@ -314,19 +314,12 @@ def staged_jobs():
                 continue
             types = dict(_fp16_descs(d, q_desc=bm // gp, k_desc=bn, v_desc=bn), O="*fp16",
                          P="*fp32", FLAG="*i32", qscale="fp32")
-            # the ragged S takes the shifted stores where the launch would (shifted_stores)
-            n_t = -(-seq // bn)
-            shift = (not causal and seq % 16 != 0 and n_t * bn >= seq + 3
-                     and seq - (n_t - 1) * bn >= 7)
             consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=-(-seq // bn), STAGES=stages,
-                          CAUSAL=causal, GUARD=1, num_warps=nw, **({"GP": gp} if gp > 1 else {}),
-                          **({"SHIFT": True} if shift else {}))
+                          CAUSAL=causal, GUARD=1, num_warps=nw, **({"GP": gp} if gp > 1 else {}))
             if pp:
-                consts["REGS"] = (probs_staged.PINGPONG_REGS_SHIFT if shift
-                                  else probs_staged.PINGPONG_REGS)
+                consts["REGS"] = probs_staged.PINGPONG_REGS
             kernel = "probs_pingpong_kernel" if pp else "probs_staged_kernel"
-            jobs.append(_job(f"staged S{seq}{' causal' if causal else ''}"
-                             f"{' shift' if shift else ''} {cfg}",
+            jobs.append(_job(f"staged S{seq}{' causal' if causal else ''} {cfg}",
                              "inductor_gqa.kernels.probs_staged", kernel, types, consts, nw))
     return jobs
 

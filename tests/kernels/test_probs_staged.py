@@ -87,29 +87,3 @@ def test_hopper_only(monkeypatch, major, ok):
     monkeypatch.setattr(host, "_capability", lambda index: (major, 0))
     got = probs_staged.available(torch.device("cuda", 0))
     assert got == (ok and probs_staged.HAVE_GLUON)
-
-
-@pytest.mark.parametrize("seq, block_n, causal, expected", [
-    (449, 128, False, True),     # rows off 16-byte alignment, 65 columns in the last key tile
-    (373, 128, False, True),
-    (452, 128, False, True),     # 16-byte rows the compiler cannot see without the rounding
-    (512, 128, False, False),    # aligned rows: plain stores are 16-byte already
-    (448, 128, False, False),
-    (449, 128, True, False),     # causal zero tiles would follow a shifted tile with a gap
-    (449, 64, False, False),     # one column of S in the last 64-key tile
-    (131, 128, False, False),    # three: the row's last chunk would reach the previous tile
-    (510, 128, False, False),    # the last chunk would lie past the last key tile
-])
-def test_shifted_stores_where_they_apply(seq, block_n, causal, expected):
-    probs = torch.empty(1, 2, seq, seq)
-    assert probs_staged.shifted_stores(probs, seq, block_n, causal) is expected
-
-
-def test_shifted_stores_need_contiguous_aligned_rows(monkeypatch):
-    seq = 449
-    wide = torch.empty(1, 2, seq, seq + 3)[..., :seq]        # rows not contiguous
-    assert not probs_staged.shifted_stores(wide, seq, 128, False)
-    flat = torch.empty(2 * seq * seq + 1)[1:].view(1, 2, seq, seq)   # base 4 bytes past 16
-    assert not probs_staged.shifted_stores(flat, seq, 128, False)
-    monkeypatch.setenv("INDUCTOR_GQA_SHIFTED_STORES", "0")
-    assert not probs_staged.shifted_stores(torch.empty(1, 2, seq, seq), seq, 128, False)
