@@ -58,7 +58,7 @@ import triton
 import triton.language as tl
 
 from . import pdl, tuning
-from .host import cdiv, next_pow2
+from .host import cdiv, next_pow2, row4
 from .qk_epilogue import FP16_MIN_NORMAL
 
 MASK_CODES = {"none": 0, "bool_keep": 1, "bool_fill": 2, "additive": 3}
@@ -179,8 +179,14 @@ def gqa_attention_kernel(
         GUARD: tl.constexpr, GP: tl.constexpr = 1,
         FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False,
         ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1, ROWS=1,
-        PDL: tl.constexpr = 0):
+        ROW4: tl.constexpr = False, PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
+    if ROW4:
+        # S and the probabilities' row stride are multiples of 4 (launch: row4); written so
+        # that the compiler sees it (a hint on an argument is not kept): the rows start
+        # 16-byte aligned and the column masks hold over four columns, so stores are 16-byte
+        sp_s = (sp_s // 4) * 4
+        S = (S // 4) * 4
     if GUARD == 1:
         if tl.load(FLAG) != 0:
             return
@@ -624,4 +630,5 @@ def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_di
         PIPELINE=bool(pipeline), GUARD=int(guard), GP=int(gp),
         FOLD=mask_kind == 0 and float(scale) > 0, EVEN_N=seq % block_n == 0 and not align4,
         ALIGN4=align4, PERSIST=persist, N_BH=n_bh, ROWS=int(rows),
+        **({"ROW4": True} if probs is not None and mode != 1 and row4(probs, seq) else {}),
         num_warps=num_warps, num_stages=num_stages, **pdl.launch_options(out.device))

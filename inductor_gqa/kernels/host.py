@@ -1,5 +1,5 @@
-"""Integer helpers for the launchers' host code, the config flag they share, and the device's
-compute capability.
+"""Integer helpers for the launchers' host code, the config flag they share, the device's
+compute capability, and the probabilities' row alignment the attention launchers state.
 
 ``triton.cdiv`` and ``triton.next_power_of_2`` are Triton constexpr functions: called from Python
 they pass through a wrapper that unwraps every argument (about 2-3 us a call on a 2-core CPU,
@@ -7,6 +7,7 @@ they pass through a wrapper that unwraps every argument (about 2-3 us a call on 
 """
 
 import functools
+import os
 
 import torch
 
@@ -35,3 +36,16 @@ def heads_per_program(cfg) -> int:
     """GP from a config's "gp<N>" flag (N query heads of one KV head per row tile: flash.py's
     and probs_staged.py's packed configs); 1 without it."""
     return next((int(f[2:]) for f in cfg[4:] if isinstance(f, str) and f.startswith("gp")), 1)
+
+
+def row4(probs, seq) -> bool:
+    """Whether the probabilities' row stride and S are multiples of 4 that Triton's launcher
+    does not mark (it marks multiples of 16): the attention kernels then say so (their ROW4
+    switch, ``multiple_of``), so that with the buffer 16-byte aligned (the launcher checks
+    that) every row starts 16-byte aligned and the column mask is constant over four columns:
+    the probabilities go out as 16-byte stores instead of 4-byte ones. H200, staged ping-pong:
+    S = 452 took 108.0 us against 92.5 at S = 448 without it (docs/kernels.md note 55).
+    INDUCTOR_GQA_ROW4=0 turns it off."""
+    sp = probs.stride(2)
+    return (sp % 4 == 0 and seq % 4 == 0 and (sp % 16 != 0 or seq % 16 != 0)
+            and os.environ.get("INDUCTOR_GQA_ROW4", "1") != "0")

@@ -52,7 +52,7 @@ import functools
 import torch
 
 from . import pdl
-from .host import capability, cdiv, heads_per_program
+from .host import capability, cdiv, heads_per_program, row4
 from .qk_epilogue import FP16_MIN_NORMAL
 
 try:
@@ -345,9 +345,14 @@ if HAVE_GLUON:
                             D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                             GUARD: gl.constexpr, num_warps: gl.constexpr,
-                            PDL: gl.constexpr = 0, GP: gl.constexpr = 1):
-        """One row tile per program (grid: row tiles x B*H/GP)."""
+                            PDL: gl.constexpr = 0, GP: gl.constexpr = 1,
+                            ROW4: gl.constexpr = False):
+        """One row tile per program (grid: row tiles x B*H/GP). ROW4: the probabilities' row
+        stride is a multiple of 4 (``row4``)."""
         _wait_for_predecessor(PDL)
+        if ROW4:    # as flash.py's ROW4: unchanged values the compiler sees are multiples of 4
+            sp_s = (sp_s // 4) * 4
+            S = (S // 4) * 4
         if GUARD == 1:
             if gl.load(FLAG) != 0:
                 return
@@ -369,10 +374,14 @@ if HAVE_GLUON:
                        kv_bar, tok,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        N_TILES: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       GUARD: gl.constexpr, NW: gl.constexpr, GP: gl.constexpr):
+                       GUARD: gl.constexpr, NW: gl.constexpr, GP: gl.constexpr,
+                       ROW4: gl.constexpr):
         """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
         Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
         k - 1 (token ``tok[1 - role]``) and then passes its own token."""
+        if ROW4:    # as flash.py's ROW4: unchanged values the compiler sees are multiples of 4
+            sp_s = (sp_s // 4) * 4
+            S = (S // 4) * 4
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
         u = 0
@@ -393,7 +402,7 @@ if HAVE_GLUON:
                               N_TILES: gl.constexpr, STAGES: gl.constexpr,
                               CAUSAL: gl.constexpr, GUARD: gl.constexpr, REGS: gl.constexpr,
                               num_warps: gl.constexpr, PDL: gl.constexpr = 0,
-                              GP: gl.constexpr = 1):
+                              GP: gl.constexpr = 1, ROW4: gl.constexpr = False):
         """Persistent programs of two warpgroups, each with its own buffers, taking the
         program's row tiles in turn; their loop 1s alternate, so one warpgroup's stores run
         while the other computes (FlashAttention-3's ping-pong, with the stores in the place
@@ -411,11 +420,11 @@ if HAVE_GLUON:
             (_pingpong_role, (0, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q0, kv0, p0, mx0, qb0, kvb0, tok,
                               D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
-                              GP)),
+                              GP, ROW4)),
             (_pingpong_role, (1, q_desc, k_desc, v_desc, O, P, FLAG, so_b, so_s, sp_bh, sp_s,
                               H, G, S, qscale, n_m, n_tiles, q1, kv1, p1, mx1, qb1, kvb1, tok,
                               D, BLOCK_M, BLOCK_N, N_TILES, STAGES, CAUSAL, GUARD, num_warps,
-                              GP)),
+                              GP, ROW4)),
         ], [num_warps], [REGS])
 
 
@@ -511,7 +520,8 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
     n_m = cdiv(seq, block_m // gp)
     meta = dict(D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, N_TILES=cdiv(seq, block_n),
                 STAGES=stages, CAUSAL=bool(causal), GUARD=int(guard), num_warps=num_warps,
-                **pdl.launch_options(out.device), **({"GP": gp} if gp > 1 else {}))
+                **pdl.launch_options(out.device), **({"GP": gp} if gp > 1 else {}),
+                **({"ROW4": True} if row4(probs, seq) else {}))
     if pingpong:
         n_tiles = n_m * batch * (num_heads // gp)
         grid = (min(n_tiles, _sm_count(q16.device)),)

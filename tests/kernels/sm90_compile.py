@@ -49,7 +49,7 @@ def attention_jobs():
     jobs = []
 
     def add(tag, dt, d, mode, cfg, *, kmajor, prec="tf32", causal=False, mask=0, out=None,
-            guard=0, probs=None, even=False):
+            guard=0, probs=None, even=False, row4=False):
         bm, bn, nw, ns = cfg[:4]
         gp = heads_per_program(cfg)
         pipeline = "pipeline" in cfg
@@ -64,6 +64,7 @@ def attention_jobs():
                       PIPELINE=pipeline, GUARD=guard, FOLD=mask == 0, EVEN_N=even,
                       V_KMAJOR=kmajor, **({"GP": gp} if gp > 1 else {}),
                       **({"ALIGN4": True} if "a4" in cfg else {}),
+                      **({"ROW4": True} if row4 else {}),
                       **({"PERSIST": True} if guard == 2 else {}),
                       **({"sv_s": 1} if kmajor else {"sv_d": 1}))
         jobs.append(_job(f"attention {tag} mode{mode} {cfg[:4]} {prec} causal={causal} "
@@ -71,6 +72,7 @@ def attention_jobs():
                          + (f" guard={guard}" if guard else "")
                          + (f" gp{gp}" if gp > 1 else "")
                          + (" a4" if "a4" in cfg else "")
+                         + (" row4" if row4 else "")
                          + (" even" if even else ""),
                          "inductor_gqa.kernels.flash", "gqa_attention_kernel", types, consts,
                          nw, ns))
@@ -119,13 +121,19 @@ def attention_jobs():
     for cfg in _ALIGNED_F16_PROBS:
         add("fp16->fp16/fp32 d64", torch.float16, 64, 2, cfg + ("a4",), kmajor=False,
             out=torch.float16, probs=torch.float32, guard=1)
+    from inductor_gqa.lower.attention import _single_pass_candidates
+    # ROW4 (S % 4 == 0, not % 16: the probabilities' row stride stated a multiple of 4)
+    for mode in (2, 3):
+        cfg = (_attention_configs(torch.float32, 64, 2, f16=True) if mode == 2
+               else _single_pass_candidates(256, f16=True, groups=4))[0]
+        add("fp16->fp16/fp32 d64", torch.float16, 64, mode, cfg, kmajor=False,
+            out=torch.float16, probs=torch.float32, guard=1, row4=True)
     # MODE 6 (the stats pass rolled into the probabilities pass), the fp16 copies
     from inductor_gqa.lower.attention import _rolling_candidates
     for cfg in _rolling_candidates((), 4096, False, 0, 4):
         for even in (False, True):
             add("fp16->fp16/fp32 d64", torch.float16, 64, 6, cfg, kmajor=False,
                 out=torch.float16, probs=torch.float32, guard=1, even=even)
-    from inductor_gqa.lower.attention import _single_pass_candidates
     for s_len in (131, 256):
         for cfg in _single_pass_candidates(s_len):
             add("fp32 d64", torch.float32, 64, 3, cfg, kmajor=True)
@@ -309,17 +317,20 @@ def staged_jobs():
         bm, bn, nw, stages = cfg[:4]
         pp = "pp" in cfg
         gp = probs_staged.heads_per_program(cfg)
-        for seq, causal in ((512, False), (449, False), (373, True)):
+        for seq, causal in ((512, False), (449, False), (373, True), (452, False)):
             if probs_staged.smem_bytes(seq, d, cfg) > SMEM_PER_BLOCK:
                 continue
             types = dict(_fp16_descs(d, q_desc=bm // gp, k_desc=bn, v_desc=bn), O="*fp16",
                          P="*fp32", FLAG="*i32", qscale="fp32")
+            row4 = seq % 4 == 0 and seq % 16 != 0      # as host.row4 finds it
             consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=-(-seq // bn), STAGES=stages,
-                          CAUSAL=causal, GUARD=1, num_warps=nw, **({"GP": gp} if gp > 1 else {}))
+                          CAUSAL=causal, GUARD=1, num_warps=nw, **({"GP": gp} if gp > 1 else {}),
+                          **({"ROW4": True} if row4 else {}))
             if pp:
                 consts["REGS"] = probs_staged.PINGPONG_REGS
             kernel = "probs_pingpong_kernel" if pp else "probs_staged_kernel"
-            jobs.append(_job(f"staged S{seq}{' causal' if causal else ''} {cfg}",
+            jobs.append(_job(f"staged S{seq}{' causal' if causal else ''}"
+                             f"{' row4' if row4 else ''} {cfg}",
                              "inductor_gqa.kernels.probs_staged", kernel, types, consts, nw))
     return jobs
 

@@ -97,8 +97,9 @@ F32 = torch.float32
 BF16 = torch.bfloat16
 
 
-# W075-like: fp32, RoPE from inv_freq, scale 1, probabilities, GQA 2:1
-@pytest.mark.parametrize("s", [5, 17, 33])
+# W075-like: fp32, RoPE from inv_freq, scale 1, probabilities, GQA 2:1 (S = 20: the row stride
+# a multiple of 4 but not of 16, the probabilities passes' ROW4)
+@pytest.mark.parametrize("s", [5, 17, 20, 33])
 @pytest.mark.parametrize("causal", [False, True])
 def test_w075_like(s, causal):
     spec = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=16, rope="half", rotary_dim=16,
