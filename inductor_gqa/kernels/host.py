@@ -43,8 +43,8 @@ def row4(probs, seq) -> bool:
     does not mark (it marks multiples of 16): the attention kernels then say so (their ROW4
     switch, ``multiple_of``), so that with the buffer 16-byte aligned (the launcher checks
     that) every row starts 16-byte aligned and the column mask is constant over four columns:
-    the probabilities go out as 16-byte stores instead of 4-byte ones. H200, staged ping-pong:
-    S = 452 took 108.0 us against 92.5 at S = 448 without it (docs/kernels.md note 55).
+    the probabilities go out as 16-byte stores instead of 4-byte ones. H200, staged ping-pong
+    at 452x16: 109.2 -> 96.8 us with it (448x16: 92.5; docs/kernels.md note 55).
     INDUCTOR_GQA_ROW4=0 turns it off."""
     sp = probs.stride(2)
     return (sp % 4 == 0 and seq % 4 == 0 and (sp % 16 != 0 or seq % 16 != 0)
