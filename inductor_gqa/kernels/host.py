@@ -41,8 +41,9 @@ def heads_per_program(cfg) -> int:
 def row4(probs, seq) -> bool:
     """Whether the probabilities' row stride and S are multiples of 4 that Triton's launcher
     does not mark (it marks multiples of 16): the attention kernels then say so (their ROW4
-    switch, ``multiple_of``), so that with the buffer 16-byte aligned (the launcher checks
-    that) every row starts 16-byte aligned and the column mask is constant over four columns:
+    switch rewrites both as (x // 4) * 4, the same values in a form the compiler's alignment
+    analysis keeps), so that with the buffer 16-byte aligned (the launcher checks that) every
+    row starts 16-byte aligned and the column mask is constant over four columns:
     the probabilities go out as 16-byte stores instead of 4-byte ones. H200, staged ping-pong
     at 452x16: 109.2 -> 96.8 us with it (448x16: 92.5; docs/kernels.md note 55).
     INDUCTOR_GQA_ROW4=0 turns it off."""

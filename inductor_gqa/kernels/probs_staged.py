@@ -330,6 +330,12 @@ if HAVE_GLUON:
         return q_smem, kv_smem, p_smem, m_smem, q_bar, kv_bar
 
     @gluon.jit
+    def _multiples_of_4(sp_s, S):
+        """ROW4 (``host.row4``): the probabilities' row stride and S, which are multiples of 4,
+        as (x // 4) * 4, so that the compiler sees it (16-byte stores; flash.py does the same)."""
+        return (sp_s // 4) * 4, (S // 4) * 4
+
+    @gluon.jit
     def _wait_for_predecessor(PDL: gl.constexpr):
         # pdl.wait_for_predecessor for Gluon kernels (the same two PTX instructions)
         if PDL:
@@ -350,9 +356,8 @@ if HAVE_GLUON:
         """One row tile per program (grid: row tiles x B*H/GP). ROW4: the probabilities' row
         stride is a multiple of 4 (``row4``)."""
         _wait_for_predecessor(PDL)
-        if ROW4:    # as flash.py's ROW4: unchanged values the compiler sees are multiples of 4
-            sp_s = (sp_s // 4) * 4
-            S = (S // 4) * 4
+        if ROW4:
+            sp_s, S = _multiples_of_4(sp_s, S)
         if GUARD == 1:
             if gl.load(FLAG) != 0:
                 return
@@ -379,9 +384,8 @@ if HAVE_GLUON:
         """One warpgroup of the ping-pong kernel: the program's row tiles of parity ``role``.
         Its loop 1 of the program's k-th tile waits for the other warpgroup's loop 1 of tile
         k - 1 (token ``tok[1 - role]``) and then passes its own token."""
-        if ROW4:    # as flash.py's ROW4: unchanged values the compiler sees are multiples of 4
-            sp_s = (sp_s // 4) * 4
-            S = (S // 4) * 4
+        if ROW4:
+            sp_s, S = _multiples_of_4(sp_s, S)
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
         u = 0
