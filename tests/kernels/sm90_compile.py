@@ -307,7 +307,9 @@ def _fp16_descs(d, **rows):
 def staged_jobs():
     """kernels/probs_staged.py's Gluon kernels (one row tile per program, and the ping-pong
     kernel) for every candidate config, at an aligned and a ragged S, causal and not."""
-    from inductor_gqa.kernels import probs_staged
+    import torch
+
+    from inductor_gqa.kernels import host, probs_staged
 
     if not probs_staged.HAVE_GLUON:
         return []
@@ -322,7 +324,8 @@ def staged_jobs():
                 continue
             types = dict(_fp16_descs(d, q_desc=bm // gp, k_desc=bn, v_desc=bn), O="*fp16",
                          P="*fp32", FLAG="*i32", qscale="fp32")
-            row4 = seq % 4 == 0 and seq % 16 != 0      # as host.row4 finds it
+            # ROW4 where the launch sets it (contiguous probabilities: row stride S)
+            row4 = host.row4(torch.empty((1, 1, seq, seq), device="meta"), seq)
             consts = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, N_TILES=-(-seq // bn), STAGES=stages,
                           CAUSAL=causal, GUARD=1, num_warps=nw, **({"GP": gp} if gp > 1 else {}),
                           **({"ROW4": True} if row4 else {}))

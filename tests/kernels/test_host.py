@@ -1,7 +1,6 @@
 """kernels/host.py's integer helpers agree with Triton's (which the launchers used before)."""
-import triton
-
 import torch
+import triton
 
 from inductor_gqa.kernels.host import cdiv, next_pow2, row4
 
