@@ -46,7 +46,8 @@ def operands(b, s, seed):
 
 def run_old(ops, out, s, cfg):
     x16, x_inv, w16, w_inv, flag, angles = ops
-    proj_rope.launch(x16, w16, x_inv, w_inv, out, flag, PARTS, None, None, None, None, s, D,
+    tab = x_inv.new_ones((1, 1, D)).expand(x16.shape[0] // s, s, D)   # unread: the angles
+    proj_rope.launch(x16, w16, x_inv, w_inv, out, flag, PARTS, None, None, tab, tab, s, D,
                      "none", 1e-6, None, "half", cfg, angles=angles)
 
 
