@@ -51,7 +51,7 @@ except ImportError:         # an older Triton: proj_rope's kernel is the only on
 # ("ws", BM, BN, BK, STAGES): each consumer's output tile BM x BN (BN whole heads of one part),
 # K slices of BK, a ring of STAGES slots. 128 x 128 fits two accumulators' epilogues beside a
 # four-slot ring in an H200 block's shared memory
-CONFIGS = [("ws", 128, 128, 64, 4), ("ws", 128, 128, 64, 3), ("ws", 64, 128, 64, 4)]
+CONFIGS = [("ws", 128, 128, 64, 5), ("ws", 128, 128, 64, 4), ("ws", 64, 128, 64, 4)]
 CONSUMER_REGS = 232         # registers per thread of the second consumer warpgroup
 LOADER_REGS = 40
 

@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from ..kernels import fp16_rows, proj_rope, qk_epilogue, tuning
+from ..kernels import fp16_rows, proj_rope, proj_rope_ws, qk_epilogue, tuning
 from ..kernels import linear as linear_kernels
 from ..kernels.host import capability
 from ..kernels.qk_epilogue import qk_norm_rope_, wo16_
@@ -338,13 +338,22 @@ def _run_f16tma(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
         angles = (table.inv, table.positions)
 
     def run(cfg):
-        proj_rope.launch(x16, w16, x_inv, w_inv, qkv16, flag, parts, t["q_norm_weight"],
-                         t["k_norm_weight"], cos, sin, s, d, spec.norm, eps_value, eps_k_value,
-                         spec.rope, cfg, angles=angles)
+        if cfg[0] == "ws":
+            proj_rope_ws.launch(x16, w16, x_inv, w_inv, qkv16, flag, parts, s, d, spec.rope,
+                                cfg, angles=angles)
+        else:
+            proj_rope.launch(x16, w16, x_inv, w_inv, qkv16, flag, parts, t["q_norm_weight"],
+                             t["k_norm_weight"], cos, sin, s, d, spec.norm, eps_value,
+                             eps_k_value, spec.rope, cfg, angles=angles)
 
+    ws = os.environ.get("INDUCTOR_GQA_WS_PROJECTION", "1") != "0"
     key = ("proj_rope", tuning.gemm_rows_bucket(b * s), parts, e, d, spec.norm, spec.rope,
-           angles is not None)
-    run(tuning.pick(key, proj_rope.candidates(parts, d), run))
+           angles is not None, ws)
+    cands = proj_rope.candidates(parts, d)
+    if ws:      # kernels/proj_rope_ws.py (Hopper, the blocks it covers): timed beside them
+        cands += proj_rope_ws.candidates(parts, d, x.device, spec.norm, spec.rope,
+                                         spec.rotary_dim, angles is not None)
+    run(tuning.pick(key, cands, run))
     if wo_mode == 0 and o16 is not None:    # plain launches: Wo's copy in line
         wo16_(o16[1], o16[2], flag, d)
     wo16_ready = wo16_after_epilogue(wo_mode, o16, flag, d, wo16_ready)

@@ -398,9 +398,32 @@ def pdl_jobs(jobs):
     return out
 
 
+def proj_rope_ws_jobs():
+    """kernels/proj_rope_ws.py (the warp-specialized fused projection, Gluon) for every
+    candidate config at W075's head, with RoPE from the angles and without RoPE."""
+    from inductor_gqa.kernels import proj_rope_ws
+
+    if not proj_rope_ws.HAVE_GLUON:
+        return []
+    jobs = []
+    for cfg in proj_rope_ws.CONFIGS:
+        _, bm, bn, bk, stages = cfg
+        types = dict(_fp16_descs(bk, a_desc=bm, b_desc=bn), **_fp16_descs(bn, out_desc=bm),
+                     tok_inv_ptr="*fp32", feat_inv_ptr="*fp32", flag_ptr="*i32",
+                     pos_ptr="*i64", inv_ptr="*fp32")
+        for rope in (1, 0):
+            consts = dict(D=64, BM=bm, BN=bn, BK=bk, STAGES=stages, ROPE=rope,
+                          REGS=proj_rope_ws.CONSUMER_REGS, LREGS=proj_rope_ws.LOADER_REGS,
+                          num_warps=4)
+            jobs.append(_job(f"proj_rope_ws {cfg} rope{rope}",
+                             "inductor_gqa.kernels.proj_rope_ws", "proj_rope_ws_kernel", types,
+                             consts, 4))
+    return jobs
+
+
 def all_jobs():
     jobs = (attention_jobs() + linear_jobs() + epilogue_jobs() + staged_jobs()
-            + overlap_jobs() + proj_rope_jobs())
+            + overlap_jobs() + proj_rope_jobs() + proj_rope_ws_jobs())
     return jobs + pdl_jobs(jobs)
 
 
