@@ -8,7 +8,9 @@ A candidate is taken when it is a tuple whose first item is the tag (e.g. ("over
 4, 2)) or one of whose flags equals it (e.g. "roll2" for (64, 64, 4, 3, "roll2", "gp4")); the
 first such candidate of each choice is used, the others are timed as usual. A named candidate
 (a plan: ``--tag f16tma``) is taken when it equals the tag. Tags joined by "+"
-must all match (``--tag staged+pp+gp4``: the packed ping-pong, not the packed flash.py configs).
+must all match (``--tag staged+pp+gp4``: the packed ping-pong, not the packed flash.py configs);
+tags joined by "," are alternatives, each forcing the choices it matches (``--tag f16tma,ws``:
+the f16tma plan and, inside it, the warp-specialized fused projection).
 """
 import argparse
 import runpy
@@ -24,13 +26,13 @@ def main():
     a, rest = ap.parse_known_args()
     pick = tuning.pick
     forced = set()
-    tags = a.tag.split("+")
+    groups = [g.split("+") for g in a.tag.split(",")]
 
     def matches(c):
         if isinstance(c, str):      # a named candidate (e.g. the plan "f16tma")
-            return c == a.tag
-        return (isinstance(c, tuple) and c
-                and all(t == c[0] or t in c[4:] for t in tags))
+            return any(g == [c] for g in groups)
+        return bool(isinstance(c, tuple) and c
+                    and any(all(t == c[0] or t in c[4:] for t in g) for g in groups))
 
     def forced_pick(key, candidates, run):
         for c in candidates:
