@@ -18,8 +18,8 @@ reciprocal scale (exact), rotate-half RoPE with cos/sin of the exact float32 ang
 position * inv_freq (reduced by 2*pi in two FMA steps, then the hardware's approximations),
 rounded once to fp16, the range rule per head row, and the tile out through the copy engine.
 
-Scope (``covers``): no per-head norm, no RoPE or rotate-half RoPE over the whole head with
-cos/sin computed from inv_freq and the positions, head size a power of two in [16, 128],
+Scope (``covers``): no per-head norm, rotate-half RoPE over the whole head with cos/sin
+computed from inv_freq and the positions (W075's block), head size a power of two in [16, 128],
 fp16 operands with 16-byte aligned rows, Hopper, Gluon importable. Other blocks keep
 proj_rope's kernel. The CPU interpreter does not run Gluon: the kernel is compiled for sm_90
 on the CPU (tests/kernels/test_sm90_compile.py) and checked on the GPU against proj_rope's
@@ -68,6 +68,8 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _asm1(x, op: gl.constexpr):
+        """One PTX instruction of one float32 operand, elementwise (cvt.rni, cos/sin.approx:
+        libdevice's rint and fast_cosf/fast_sinf, which Gluon does not expose)."""
         return gl.inline_asm_elementwise(op + " $0, $1;", "=r,r", [x], dtype=gl.float32,
                                          is_pure=True, pack=1)
 
@@ -123,7 +125,7 @@ if HAVE_GLUON:
                 f = gl.load(inv_ptr + cols % HALF)
                 # the exact float32 angles, laid out as x1 (every head the same: one kept)
                 ang = gl.expand_dims(pos, 1) * gl.expand_dims(f, 0)
-                a1, a2 = gl.split(gl.permute(gl.reshape(ang, [BM, HB, 2, HALF]), [0, 1, 3, 2]))
+                a1, _ = gl.split(gl.permute(gl.reshape(ang, [BM, HB, 2, HALF]), [0, 1, 3, 2]))
                 ang = gl.max(a1, axis=1)
                 k = _asm1(ang * 0.15915494309189535, "cvt.rni.f32.f32")
                 r = gl.fma(k, -6.2831854820251465, ang)     # float32(2 pi)
@@ -238,10 +240,11 @@ def available(device: torch.device) -> bool:
 
 
 def covers(head_dim, norm, rope, rotary_dim, angles) -> bool:
-    """Blocks this launch covers: no norm; no RoPE, or rotate-half RoPE over the whole head
-    with cos/sin from the angles (inv_freq and positions)."""
+    """Blocks this launch covers: no norm, rotate-half RoPE over the whole head with cos/sin
+    from the angles (inv_freq and positions), as checked on the GPU. The kernel's ROPE=0 form
+    (no RoPE) compiles for sm_90 but is not offered until it has been run there too."""
     return (HAVE_GLUON and head_dim in (16, 32, 64, 128) and norm == "none"
-            and (rope == "none" or (rope == "half" and rotary_dim == head_dim and angles)))
+            and rope == "half" and rotary_dim == head_dim and bool(angles))
 
 
 def config_fits(cfg, parts, head_dim) -> bool:
