@@ -1,5 +1,6 @@
 """Integer helpers for the launchers' host code, the config flag they share, the device's
-compute capability, and the probabilities' row alignment the attention launchers state.
+compute capability and SM count, and the probabilities' row alignment the attention launchers
+state.
 
 ``triton.cdiv`` and ``triton.next_power_of_2`` are Triton constexpr functions: called from Python
 they pass through a wrapper that unwraps every argument (about 2-3 us a call on a 2-core CPU,
@@ -21,6 +22,13 @@ def capability(device: torch.device) -> tuple:
     """``torch.cuda.get_device_capability`` of a CUDA device, asked once per device (the torch
     call costs ~7 us of host time, several per block call)."""
     return _capability(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(device) -> int:
+    """The device's streaming multiprocessors (persistent kernels launch one program each),
+    asked once per device."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def cdiv(a: int, b: int) -> int:

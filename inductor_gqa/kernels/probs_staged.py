@@ -47,12 +47,10 @@ CPU (tests/kernels/test_probs_staged_compile.py).
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from . import pdl
-from .host import capability, cdiv, heads_per_program, row4
+from .host import capability, cdiv, heads_per_program, row4, sm_count
 from .qk_epilogue import FP16_MIN_NORMAL
 
 try:
@@ -528,12 +526,8 @@ def launch(q16, k16, v16, out, probs, flag, batch, seq, num_heads, groups, head_
                 **({"ROW4": True} if row4(probs, seq) else {}))
     if pingpong:
         n_tiles = n_m * batch * (num_heads // gp)
-        grid = (min(n_tiles, _sm_count(q16.device)),)
+        grid = (min(n_tiles, sm_count(q16.device)),)
         probs_pingpong_kernel[grid](*descs, *args, n_m, n_tiles, REGS=PINGPONG_REGS, **meta)
     else:
         probs_staged_kernel[(n_m, batch * (num_heads // gp))](*descs, *args, **meta)
 
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count

@@ -26,14 +26,12 @@ interpreter runs it (16-bit dots upcast there, as elsewhere).
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
 from . import pdl, tuning
-from .host import cdiv
+from .host import cdiv, sm_count
 from .qk_epilogue import NORM_CODES, ROPE_CODES, bad_rows16, norm_rope_halves
 
 try:
@@ -209,9 +207,32 @@ def candidates(parts, head_dim):
     return [c for c in CONFIGS if config_fits(c, parts, head_dim)]
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
+def checked_operands(x16, w16, out16, tok_inv, parts, seq, head_dim, rope, angles, cfg, where,
+                     fits):
+    """The fused projection's launch contract (this kernel's and ``proj_rope_ws``'s): fp16
+    x16 [M, K], w16 [Nq+Nk+Nv, K] and out16 [M, N], ``fits`` (the caller's scope and config
+    checks), rows 16-byte aligned with unit column stride (the copy engine), and ``angles`` =
+    (inv_freq [D/2] float32, position_ids [B, S] integer) for rotate-half RoPE over the head.
+    Returns the launch's angle arguments (positions, their two strides, inv_freq), stand-ins
+    without angles; raises ValueError naming ``where`` otherwise."""
+    m, k = x16.shape
+    n = w16.shape[0]
+    if (x16.dtype != torch.float16 or w16.dtype != torch.float16 or w16.shape[1] != k
+            or n != sum(parts) or out16.shape != (m, n) or out16.dtype != torch.float16
+            or not fits):
+        raise ValueError(f"{where}: operands or config {cfg} not covered")
+    for t in (x16, w16, out16):
+        if t.stride(-1) != 1 or (t.stride(0) * 2) % 16 or t.data_ptr() % 16:
+            raise ValueError(f"{where}: rows must be 16-byte aligned, unit column stride")
+    if angles is None:
+        return tok_inv, 0, 0, tok_inv
+    inv_freq, pos = angles
+    if (rope != "half" or inv_freq.dtype != torch.float32 or inv_freq.numel() * 2 != head_dim
+            or pos.dim() != 2 or pos.shape[0] * pos.shape[1] != m or pos.shape[1] != seq
+            or pos.dtype.is_floating_point):
+        raise ValueError(f"{where}: angles need rotate-half RoPE over the head, float32 "
+                         "inv_freq [D/2] and integer position_ids [B, S]")
+    return pos, pos.stride(0), pos.stride(1), inv_freq.reshape(-1).contiguous()
 
 
 def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_norm_weight,
@@ -226,16 +247,11 @@ def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_nor
     bm, bn, bk, nw, ns, persistent = cfg
     m, k = x16.shape
     n = w16.shape[0]
-    nq, nk, nv = parts
-    if (x16.dtype != torch.float16 or w16.dtype != torch.float16 or w16.shape[1] != k
-            or n != nq + nk + nv or out16.shape != (m, n) or out16.dtype != torch.float16
-            or not config_fits(cfg, parts, head_dim)
-            or not covers(head_dim, rope, head_dim if rope != "none" else 0)):
-        raise ValueError(f"proj_rope.launch: operands or config {cfg} not covered")
-    for t in (x16, w16, out16):
-        if t.stride(-1) != 1 or (t.stride(0) * 2) % 16 or t.data_ptr() % 16:
-            raise ValueError("proj_rope.launch: rows must be 16-byte aligned, unit column "
-                             "stride")
+    nq, nk, _ = parts
+    pos_args = checked_operands(
+        x16, w16, out16, tok_inv, parts, seq, head_dim, rope, angles, cfg, "proj_rope.launch",
+        config_fits(cfg, parts, head_dim)
+        and covers(head_dim, rope, head_dim if rope != "none" else 0))
     a_desc = TensorDescriptor.from_tensor(x16, [bm, bk])
     b_desc = TensorDescriptor.from_tensor(w16, [bn, bk])
     o_desc = TensorDescriptor.from_tensor(out16, [bm, bn])
@@ -244,21 +260,10 @@ def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_nor
     else:
         cos = sin = tok_inv
         cs = (0, 0, 0)
-    if angles is not None:
-        inv_freq, pos = angles
-        if (rope != "half" or inv_freq.dtype != torch.float32 or inv_freq.numel() * 2 != head_dim
-                or pos.dim() != 2 or pos.shape[0] * pos.shape[1] != m or pos.shape[1] != seq
-                or pos.dtype.is_floating_point):
-            raise ValueError("proj_rope.launch: angles need rotate-half RoPE over the head, "
-                             "float32 inv_freq [D/2] and integer position_ids [B, S]")
-        inv_freq = inv_freq.reshape(-1).contiguous()
-        pos_args = (pos, pos.stride(0), pos.stride(1), inv_freq)
-    else:
-        pos_args = (tok_inv, 0, 0, tok_inv)
     qw = q_norm_weight if norm != "none" else tok_inv
     kw = k_norm_weight if norm != "none" else tok_inv
     tiles = cdiv(m, bm) * cdiv(n, bn)
-    sms = _sm_count(x16.device) if x16.is_cuda else 4
+    sms = sm_count(x16.device) if x16.is_cuda else 4
     grid = (min(tiles, sms),) if persistent else (tiles,)
     proj_rope_kernel[grid](
         a_desc, b_desc, o_desc, m, n, k, tok_inv, feat_inv, qw, kw, float(eps),

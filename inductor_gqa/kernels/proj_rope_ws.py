@@ -28,12 +28,11 @@ on the CPU (tests/kernels/test_sm90_compile.py) and checked on the GPU against p
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from . import pdl
-from .host import capability, cdiv
+from .host import capability, cdiv, sm_count
+from .proj_rope import _tile_of, checked_operands
 from .qk_epilogue import FP16_MIN_NORMAL
 
 try:
@@ -41,9 +40,8 @@ try:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from .probs_staged import _block_barrier, _wait_for_predecessor
+    from .probs_staged import _block_barrier, _desc, _wait_for_predecessor
     HAVE_GLUON = True
 except ImportError:         # an older Triton: proj_rope's kernel is the only one
     HAVE_GLUON = False
@@ -57,15 +55,6 @@ LOADER_REGS = 40
 
 
 if HAVE_GLUON:
-    @gluon.jit
-    def _tile_of(t, num_m, num_n, GROUP_M: gl.constexpr):
-        """Output tile ``t`` in grouped order (proj_rope's: a band of x rows stays in L2 while
-        W streams)."""
-        per_group = GROUP_M * num_n
-        first_m = (t // per_group) * GROUP_M
-        group_m = gl.minimum(num_m - first_m, GROUP_M)
-        return first_m + (t % per_group) % group_m, (t % per_group) // group_m
-
     @gluon.jit
     def _asm1(x, op: gl.constexpr):
         """One PTX instruction of one float32 operand, elementwise (cvt.rni, cos/sin.approx:
@@ -260,11 +249,6 @@ def candidates(parts, head_dim, device, norm, rope, rotary_dim, angles):
     return [c for c in CONFIGS if config_fits(c, parts, head_dim)]
 
 
-def _desc(t, block):
-    layout = gl.NVMMASharedLayout.get_default_for(block, gl.float16)
-    return TensorDescriptor.from_tensor(t, block, layout)
-
-
 def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, seq, head_dim, rope, cfg,
            angles=None):
     """proj_rope.launch's contract for the covered blocks (``covers``): out16 [M, Nq+Nk+Nv]
@@ -274,36 +258,17 @@ def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, seq, head_dim, rope,
     _, bm, bn, bk, stages = cfg
     m, k = x16.shape
     n = w16.shape[0]
-    nq, nk, nv = parts
+    nq, nk, _ = parts
     rotary = head_dim if rope != "none" else 0
-    if (x16.dtype != torch.float16 or w16.dtype != torch.float16 or w16.shape[1] != k
-            or n != nq + nk + nv or out16.shape != (m, n) or out16.dtype != torch.float16
-            or not config_fits(cfg, parts, head_dim)
-            or not covers(head_dim, "none", rope, rotary, angles is not None)):
-        raise ValueError(f"proj_rope_ws.launch: operands or config {cfg} not covered")
-    for t in (x16, w16, out16):
-        if t.stride(-1) != 1 or (t.stride(0) * 2) % 16 or t.data_ptr() % 16:
-            raise ValueError("proj_rope_ws.launch: rows must be 16-byte aligned, unit column "
-                             "stride")
-    if angles is not None:
-        inv_freq, pos = angles
-        if (inv_freq.dtype != torch.float32 or inv_freq.numel() * 2 != head_dim
-                or pos.dim() != 2 or pos.shape[0] * pos.shape[1] != m or pos.shape[1] != seq
-                or pos.dtype.is_floating_point):
-            raise ValueError("proj_rope_ws.launch: angles need float32 inv_freq [D/2] and "
-                             "integer position_ids [B, S]")
-        pos_args = (pos, pos.stride(0), pos.stride(1), inv_freq.reshape(-1).contiguous())
-    else:
-        pos_args = (tok_inv, 0, 0, tok_inv)
+    pos_args = checked_operands(
+        x16, w16, out16, tok_inv, parts, seq, head_dim, rope, angles, cfg,
+        "proj_rope_ws.launch",
+        config_fits(cfg, parts, head_dim)
+        and covers(head_dim, "none", rope, rotary, angles is not None))
     tiles = cdiv(m, bm) * cdiv(n, bn)
-    grid = (min(tiles, _sm_count(x16.device)),)
+    grid = (min(tiles, sm_count(x16.device)),)
     proj_rope_ws_kernel[grid](
         _desc(x16, [bm, bk]), _desc(w16, [bn, bk]), _desc(out16, [bm, bn]), m, n, k, tok_inv,
         feat_inv, flag, nq, nk, seq, *pos_args, D=head_dim, BM=bm, BN=bn, BK=bk, STAGES=stages,
         ROPE=int(rope != "none"), REGS=CONSUMER_REGS, LREGS=LOADER_REGS, num_warps=4,
         **pdl.launch_options(x16.device))
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
