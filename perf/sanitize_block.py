@@ -40,7 +40,9 @@ def main(argv=None) -> int:
                    help="index of the candidate config every choice takes (no timing)")
     p.add_argument("--prefer", default="",
                    help="take the first candidate whose text contains this (e.g. gp4: packed "
-                        "query heads), else candidate --config")
+                        "query heads; comma-separated alternatives, tried in order: f16tma,ws "
+                        "takes the fused-projection plan and its warp-specialized launch), "
+                        "else candidate --config")
     p.add_argument("--overflow", action="store_true",
                    help="W075: scale Wq/Wk by 2^-18/2^18 so k overflows fp16 (fallback path)")
     p.add_argument("--overflow-wo", action="store_true",
@@ -50,9 +52,16 @@ def main(argv=None) -> int:
                         "NaN-poisoned before the replay) instead of a plain call")
     a = p.parse_args(argv)
 
+    tags = [t for t in a.prefer.split(",") if t]
+    taken = set()
+
     def pick(key, cands, run):
-        liked = [c for c in cands if a.prefer and a.prefer in str(c)]
-        return liked[0] if liked else cands[min(a.config, len(cands) - 1)]
+        for tag in tags:
+            liked = [c for c in cands if tag in str(c)]
+            if liked:
+                taken.add(str(liked[0]))
+                return liked[0]
+        return cands[min(a.config, len(cands) - 1)]
 
     tuning.pick = pick
     bad = 0
@@ -83,6 +92,10 @@ def main(argv=None) -> int:
                 ok, frac = wl.check(o, r, at, workload.rtol)
                 bad += not ok
                 print(f"{spec} causal={causal}: ok={ok} pass_frac={frac:.5f}", flush=True)
+            if tags:    # which preferred candidates the case's choices took
+                print(f"{spec} causal={causal}: preferred choices taken: {sorted(taken)}",
+                      flush=True)
+                taken.clear()
     return 1 if bad else 0
 
 
