@@ -1,0 +1,104 @@
+"""Experiment: what the guarded float32 fallback launches cost W075 "high" under graph replay.
+
+Every fp16 launch of the block has a guarded float32 twin that exits at once unless the range
+flag is raised (docs/kernels.md notes 12-16): the Q/K/V GEMM's, the norm/RoPE launch's and the
+attention's (on a side stream beside the fp16 o_proj while a graph is captured), and o_proj's
+own after it. Each is a launch of GUARDED_PROGRAMS (128) programs. Timed per case, as graph
+replays of the whole block, interleaved over rounds:
+
+* ``as_is``: the block as it runs;
+* ``programs=16``: the guarded launches with 16 programs (fewer blocks to place and retire,
+  a slower fallback when the flag is raised);
+* ``no_guards`` (measurement only, wrong whenever the flag is raised): the twins not launched,
+  the upper bound of anything that makes them cheaper.
+
+Prediction: ``no_guards`` 1-2 us below ``as_is`` per case (the o_proj twin's ~1 us on the chain,
+the side stream's blocks beside the o_proj GEMM); ``programs=16`` between the two. If
+``no_guards`` saves under ~1 us on average, the twins are not worth restructuring.
+
+    PYTHONPATH=$PWD python perf/experiments/guard_cost_bench.py [--cases 131x1,...] [--out F]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+from inductor_gqa.kernels import tuning          # noqa: E402
+from inductor_gqa.lower import attention as lower_attention   # noqa: E402
+from inductor_gqa.lower import block, fp16_plans  # noqa: E402
+from inductor_gqa.workloads import W075, atol, check, make_inputs   # noqa: E402
+from perf.bench import graph_time_us             # noqa: E402
+from perf.kernels_check import w075_block        # noqa: E402
+
+CASES = "131x1,128x4,256x1,541x1,512x4,1024x2,512x16,4096x1"
+_ORIG = (fp16_plans._guarded_gemm, fp16_plans.qk_norm_rope_, lower_attention._fallbacks,
+         tuning.GUARDED_PROGRAMS)
+
+
+def _unguarded_qk(*args, **kw):
+    if kw.get("guard") == 2:
+        return None
+    return _ORIG[1](*args, **kw)
+
+
+def setting(name):
+    gg, qk, fb, progs = _ORIG
+    tuning.GUARDED_PROGRAMS = 16 if name == "programs=16" else progs
+    if name == "no_guards":
+        fp16_plans._guarded_gemm = lambda *a, **k: None
+        fp16_plans.qk_norm_rope_ = _unguarded_qk
+        lower_attention._fallbacks = lambda before, launch, deferred: None
+    else:
+        fp16_plans._guarded_gemm, fp16_plans.qk_norm_rope_ = gg, qk
+        lower_attention._fallbacks = fb
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default=CASES)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    names = ("as_is", "programs=16", "no_guards")
+    for case in a.cases.split(","):
+        s, b = (int(v) for v in case.split("x"))
+        torch.manual_seed(s * 7 + b)
+        inp = make_inputs(W075, s, b, device="cuda")
+        torch.set_float32_matmul_precision("highest")
+        with torch.no_grad():
+            ref = W075.fn(**inp)
+        torch.set_float32_matmul_precision("high")
+        t, spec = w075_block(inp, False)
+        setting("as_is")
+        with torch.no_grad():
+            block.run_block(dict(t), spec)      # the choices, timed once
+        rep = {n: [] for n in names}
+        for _ in range(a.rounds):
+            for n in names:
+                setting(n)
+                with torch.no_grad():
+                    rep[n].append(graph_time_us(lambda: block.run_block(dict(t), spec),
+                                                replays=20, blocks=1)[0])
+        out = {n: round(statistics.median(v), 2) for n, v in rep.items()}
+        for n in ("as_is", "programs=16"):
+            setting(n)
+            with torch.no_grad():
+                got = block.run_block(dict(t), spec)
+            torch.cuda.synchronize()
+            out[n + " check"] = [round(check(o, r, atol(W075, s, b), W075.rtol)[1], 5)
+                                 for o, r in zip(got, ref)]
+        setting("as_is")
+        report[case] = out
+        print(case, json.dumps(out), flush=True)
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
