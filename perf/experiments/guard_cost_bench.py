@@ -10,11 +10,20 @@ replays of the whole block, interleaved over rounds:
 * ``programs=16``: the guarded launches with 16 programs (fewer blocks to place and retire,
   a slower fallback when the flag is raised);
 * ``no_guards`` (measurement only, wrong whenever the flag is raised): the twins not launched,
-  the upper bound of anything that makes them cheaper.
+  the upper bound of anything that makes them cheaper;
+* ``inline_before`` / ``inline_after``: the attention's guarded launches on the main stream (no
+  side stream, no fork and join in the graph), before or after the fp16 o_proj GEMM (both
+  orders are correct: that GEMM reads only o16 and Wo16, which the fallback does not write).
 
 Prediction: ``no_guards`` 1-2 us below ``as_is`` per case (the o_proj twin's ~1 us on the chain,
 the side stream's blocks beside the o_proj GEMM); ``programs=16`` between the two. If
 ``no_guards`` saves under ~1 us on average, the twins are not worth restructuring.
+Outcome of the first three (runs/profiles/guard_cost_*.json): ``no_guards`` 1.8-3.0 us below
+``as_is`` at 131-1024 rows and 512x16, 0.2 at 4096x1; ``programs=16`` within 0.7 of ``as_is``.
+Since 16 programs change nothing and 4096x1 (whose o_proj hides the side chain) saves nothing,
+the cost looks like the graph's fork and join rather than the launches' blocks: prediction for
+the in-line variants, with programmatic dependent launch making each early-exit launch ~0.3 us
+on the chain, ``inline_after`` within ~1 us of ``no_guards``.
 
     PYTHONPATH=$PWD python perf/experiments/guard_cost_bench.py [--cases 131x1,...] [--out F]
 """
@@ -33,6 +42,7 @@ from inductor_gqa.lower import block, fp16_plans  # noqa: E402
 from inductor_gqa.workloads import W075, atol, check, make_inputs   # noqa: E402
 from perf.bench import graph_time_us             # noqa: E402
 from perf.kernels_check import w075_block        # noqa: E402
+from perf.sanitize_block import _replayed as replayed   # noqa: E402
 
 CASES = "131x1,128x4,256x1,541x1,512x4,1024x2,512x16,4096x1"
 _ORIG = (fp16_plans._guarded_gemm, fp16_plans.qk_norm_rope_, lower_attention._fallbacks,
@@ -45,8 +55,31 @@ def _unguarded_qk(*args, **kw):
     return _ORIG[1](*args, **kw)
 
 
+def _o_proj16_inline(after):
+    """fp16_plans._o_proj16 with the pending fallbacks on the main stream."""
+    def o_proj16(o, o16, wo, wo16, flag, pending=(), wo16_ready=None):
+        b, s, hd = o.shape
+        if wo16_ready is not None:
+            torch.cuda.current_stream(o.device).wait_event(wo16_ready)
+        if not after:
+            for run in pending:
+                run()
+        out = fp16_plans._mm16(o16.view(b * s, hd), wo16.t())
+        if after:
+            for run in pending:
+                run()
+        fp16_plans._guarded_gemm(o.view(b * s, hd), wo, out, "tf32x3", flag)
+        return out.view(b, s, -1)
+    return o_proj16
+
+
+_O_PROJ16 = fp16_plans._o_proj16
+
+
 def setting(name):
     gg, qk, fb, progs = _ORIG
+    fp16_plans._o_proj16 = (_o_proj16_inline(name == "inline_after")
+                            if name.startswith("inline") else _O_PROJ16)
     tuning.GUARDED_PROGRAMS = 16 if name == "programs=16" else progs
     if name == "no_guards":
         fp16_plans._guarded_gemm = lambda *a, **k: None
@@ -64,7 +97,7 @@ def main():
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    names = ("as_is", "programs=16", "no_guards")
+    names = ("as_is", "no_guards", "inline_before", "inline_after")
     for case in a.cases.split(","):
         s, b = (int(v) for v in case.split("x"))
         torch.manual_seed(s * 7 + b)
@@ -85,13 +118,16 @@ def main():
                     rep[n].append(graph_time_us(lambda: block.run_block(dict(t), spec),
                                                 replays=20, blocks=1)[0])
         out = {n: round(statistics.median(v), 2) for n, v in rep.items()}
-        for n in ("as_is", "programs=16"):
+        # k beyond fp16's range with the same scores (sanitize_block --overflow): the fallback
+        # runs, in the variant's order, inside a graph replay
+        big = dict(t, wq=t["wq"] * 2.0 ** -18, wk=t["wk"] * 2.0 ** 18)
+        for n in names[2:]:
             setting(n)
-            with torch.no_grad():
-                got = block.run_block(dict(t), spec)
-            torch.cuda.synchronize()
-            out[n + " check"] = [round(check(o, r, atol(W075, s, b), W075.rtol)[1], 5)
-                                 for o, r in zip(got, ref)]
+            for tag, tt in (("", t), (" overflow", big)):
+                with torch.no_grad():
+                    got = replayed(lambda: block.run_block(dict(tt), spec))
+                out[n + tag + " check"] = [round(check(o, r, atol(W075, s, b), W075.rtol)[1], 5)
+                                           for o, r in zip(got, ref)]
         setting("as_is")
         report[case] = out
         print(case, json.dumps(out), flush=True)
