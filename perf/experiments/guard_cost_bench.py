@@ -18,7 +18,7 @@ replays of the whole block, interleaved over rounds:
 Prediction: ``no_guards`` 1-2 us below ``as_is`` per case (the o_proj twin's ~1 us on the chain,
 the side stream's blocks beside the o_proj GEMM); ``programs=16`` between the two. If
 ``no_guards`` saves under ~1 us on average, the twins are not worth restructuring.
-Outcome of the first three (runs/profiles/guard_cost_*.json): ``no_guards`` 1.8-3.0 us below
+Outcome of the first three (runs/profiles/guard_cost_ed4f734.json): ``no_guards`` 1.8-3.0 us below
 ``as_is`` at 131-1024 rows and 512x16, 0.2 at 4096x1; ``programs=16`` within 0.7 of ``as_is``.
 Since 16 programs change nothing and 4096x1 (whose o_proj hides the side chain) saves nothing,
 the cost looks like the graph's fork and join rather than the launches' blocks: prediction for
