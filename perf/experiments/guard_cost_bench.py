@@ -13,7 +13,10 @@ replays of the whole block, interleaved over rounds:
   the upper bound of anything that makes them cheaper;
 * ``inline_before`` / ``inline_after``: the attention's guarded launches on the main stream (no
   side stream, no fork and join in the graph), before or after the fp16 o_proj GEMM (both
-  orders are correct: that GEMM reads only o16 and Wo16, which the fallback does not write).
+  orders are correct: that GEMM reads only o16 and Wo16, which the fallback does not write);
+* ``two_launch_fallback``: INDUCTOR_GQA_FUSED_FALLBACK=0, the f16tma plan's fallback q, k, v
+  made by the guarded GEMM and the guarded norm/RoPE launch instead of ``as_is``'s one guarded
+  ``proj_rope.launch_fallback``.
 
 Prediction: ``no_guards`` 1-2 us below ``as_is`` per case (the o_proj twin's ~1 us on the chain,
 the side stream's blocks beside the o_proj GEMM); ``programs=16`` between the two. If
@@ -23,7 +26,13 @@ Outcome of the first three (runs/profiles/guard_cost_ed4f734.json): ``no_guards`
 Since 16 programs change nothing and 4096x1 (whose o_proj hides the side chain) saves nothing,
 the cost looks like the graph's fork and join rather than the launches' blocks: prediction for
 the in-line variants, with programmatic dependent launch making each early-exit launch ~0.3 us
-on the chain, ``inline_after`` within ~1 us of ``no_guards``.
+on the chain, ``inline_after`` within ~1 us of ``no_guards``. Outcome (an H100, runs/profiles/
+guard_cost2_b5a5661.json): both in-line orders 2.0-4.5 us *slower* than ``as_is`` (131x1 24.5
+vs 22.6, 512x16 238.5 vs 234.4); ``no_guards`` 1.4-3.4 below it. The side stream is the better
+place; what costs is the launches themselves, so the next step is fewer of them: prediction for
+``as_is`` with the one-launch fallback against ``two_launch_fallback``: 0.3-1 us less per case
+(one of the side stream's three launches gone), the largest share at the small cases where the
+side stream's launches outlast the fp16 o_proj.
 
     PYTHONPATH=$PWD python perf/experiments/guard_cost_bench.py [--cases 131x1,...] [--out F]
 """
@@ -78,6 +87,7 @@ _O_PROJ16 = fp16_plans._o_proj16
 
 def setting(name):
     gg, qk, fb, progs = _ORIG
+    os.environ["INDUCTOR_GQA_FUSED_FALLBACK"] = "0" if name == "two_launch_fallback" else "1"
     fp16_plans._o_proj16 = (_o_proj16_inline(name == "inline_after")
                             if name.startswith("inline") else _O_PROJ16)
     tuning.GUARDED_PROGRAMS = 16 if name == "programs=16" else progs
@@ -95,9 +105,13 @@ def main():
     ap.add_argument("--cases", default=CASES)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="")
+    ap.add_argument("--settings", default="as_is,two_launch_fallback,no_guards",
+                    help="comma-separated, from: as_is, programs=16, no_guards, inline_before, "
+                         "inline_after, two_launch_fallback (every one but no_guards and "
+                         "programs=16 is also checked, plain and with k beyond fp16's range)")
     a = ap.parse_args()
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    names = ("as_is", "no_guards", "inline_before", "inline_after")
+    names = tuple(a.settings.split(","))
     for case in a.cases.split(","):
         s, b = (int(v) for v in case.split("x"))
         torch.manual_seed(s * 7 + b)
@@ -121,7 +135,7 @@ def main():
         # k beyond fp16's range with the same scores (sanitize_block --overflow): the fallback
         # runs, in the variant's order, inside a graph replay
         big = dict(t, wq=t["wq"] * 2.0 ** -18, wk=t["wk"] * 2.0 ** 18)
-        for n in names[2:]:
+        for n in [n for n in names if n not in ("no_guards", "programs=16")]:
             setting(n)
             for tag, tt in (("", t), (" overflow", big)):
                 with torch.no_grad():

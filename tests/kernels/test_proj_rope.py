@@ -87,3 +87,53 @@ def test_refusals():
     assert not proj_rope.covers(24, "half", 24) and not proj_rope.covers(16, "half", 8)
     assert proj_rope.config_fits((64, 128, 64, 4, 4, False), (1024, 256, 256), 64)
     assert not proj_rope.config_fits((64, 128, 64, 4, 4, False), (1024, 192, 192), 64)
+
+
+@pytest.mark.parametrize("norm,rope", [("none", "half"), ("fp32_weight", "half"),
+                                       ("none", "none")])
+def test_fallback_launch_matches_the_two_launch_fallback(norm, rope):
+    """launch_fallback (one guarded launch) against the fallback it replaces: the guarded
+    GEMM's float32 products of the same copies, finished in place by qk_epilogue's float32
+    epilogue. With the flag clear it writes nothing."""
+    b, s, h, hk, d = 2, 19, 4, 2, 32
+    x, ws, cos, sin, qn, kn, _, _ = _case(b, s, 96, h, hk, d, seed=3)
+    flag = torch.zeros(1, dtype=torch.int32)
+    x16, x_inv, w16, w_inv, cuts = fp16_plans._scaled_fp16_operands(x, ws, flag)
+    parts = tuple(z - a for a, z in cuts)
+    cs = (cos, sin) if rope != "none" else (None, None)
+    out = torch.full((b * s, sum(parts)), float("nan"))
+    cfg = proj_rope.fallback_candidates(parts, d)[0]
+    args = (x16, w16, x_inv, w_inv, out, flag, parts, qn, kn, *cs, s, d, norm, 1e-6, 1e-5, rope,
+            cfg)
+    proj_rope.launch_fallback(*args)
+    assert out.isnan().all()                    # flag clear: the programs exit at once
+    flag.fill_(1)
+    proj_rope.launch_fallback(*args)
+    prod = x16.float() @ w16.float().t()
+    q, k, v = (prod[:, a:z].contiguous() for a, z in cuts)
+    qk_norm_rope_(q, k, qn, kn, *cs, b, s, h, hk, d, norm, 1e-6, rope, d if rope != "none" else 0,
+                  eps_k=1e-5, v=v, flag=flag, scales=(x_inv, *(w_inv[a:z] for a, z in cuts)),
+                  store32=True, guard=2)
+    ref = torch.cat((q, k, v), 1)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_fallback_launch_loops_over_tiles(monkeypatch):
+    """Fewer guarded programs than tiles: each loops, and every tile is written."""
+    from inductor_gqa.kernels import tuning
+    monkeypatch.setattr(tuning, "GUARDED_PROGRAMS", 2)
+    b, s, h, hk, d = 1, 70, 4, 2, 16
+    x, ws, cos, sin, qn, kn, _, _ = _case(b, s, 64, h, hk, d, seed=4)
+    flag = torch.ones(1, dtype=torch.int32)
+    x16, x_inv, w16, w_inv, cuts = fp16_plans._scaled_fp16_operands(x, ws, flag)
+    flag.fill_(1)       # scale_rows cleared it
+    parts = tuple(z - a for a, z in cuts)
+    out = torch.full((b * s, sum(parts)), float("nan"))
+    proj_rope.launch_fallback(x16, w16, x_inv, w_inv, out, flag, parts, qn, kn, cos, sin, s, d,
+                              "none", 1e-6, 1e-6, "half", proj_rope.fallback_candidates(parts, d)[0])
+    assert not out.isnan().any()
+    with pytest.raises(ValueError, match="not covered"):        # float32 output only
+        proj_rope.launch_fallback(x16, w16, x_inv, w_inv, out.half(), flag, parts, qn, kn, cos,
+                                  sin, s, d, "none", 1e-6, 1e-6, "half",
+                                  proj_rope.fallback_candidates(parts, d)[0])
