@@ -64,11 +64,10 @@ def _tile_of(t, num_m, num_n, GROUP_M: tl.constexpr):
 @triton.jit
 def _part(x, rows, m_ok, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr, c, s,
           D: tl.constexpr, HB: tl.constexpr, NORM: tl.constexpr, ROPE: tl.constexpr,
-          ANGLES: tl.constexpr, OUT32: tl.constexpr = False):
+          ANGLES: tl.constexpr):
     """Norm and RoPE of a [BM, HB * D] tile of unscaled products (HB heads of one part), the
     range rule per head row; returns the fp16 tile. ``ANGLES``: cos/sin are ``c``/``s``
-    ([BM, 1, D/2], computed in registers by ``_cos_sin``) instead of table loads. ``OUT32``:
-    the float32 tile instead (the fallback's q, k, v: no rounding, no range rule)."""
+    ([BM, 1, D/2], computed in registers by ``_cos_sin``) instead of table loads."""
     BM: tl.constexpr = x.shape[0]
     HALF: tl.constexpr = D // 2
     x4 = tl.permute(tl.reshape(x, [BM, HB, 2, HALF]), [0, 1, 3, 2])
@@ -83,16 +82,12 @@ def _part(x, rows, m_ok, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag
     else:
         x1, x2 = norm_rope_halves(x1, x2, rows, m_ok, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s,
                                   cs_d, S, D, tl.float32, NORM, ROPE)
-    if OUT32:
-        h1 = x1
-        h2 = x2
-    else:
-        h1 = x1.to(tl.float16)
-        h2 = x2.to(tl.float16)
-        # the range rule per (token, head) row; rows past M (zeros, or NaN after a norm with
-        # eps 0) are left out once per row, not per element
-        bad = bad_rows16(x1, x2, h1, h2, tl.full(x1.shape, 1, tl.int1)) & m_ok[:, None]
-        tl.atomic_max(flag_ptr + tl.zeros_like(bad).to(tl.int32), 1, mask=bad)
+    h1 = x1.to(tl.float16)
+    h2 = x2.to(tl.float16)
+    # the range rule per (token, head) row; rows past M (zeros, or NaN after a norm with eps 0)
+    # are left out once per row, not per element
+    bad = bad_rows16(x1, x2, h1, h2, tl.full(x1.shape, 1, tl.int1)) & m_ok[:, None]
+    tl.atomic_max(flag_ptr + tl.zeros_like(bad).to(tl.int32), 1, mask=bad)
     y = tl.reshape(tl.permute(tl.join(h1, h2), [0, 1, 3, 2]), [BM, HB * D])
     return y
 
@@ -123,7 +118,7 @@ def _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_pt
           qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
           NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D: tl.constexpr, BM: tl.constexpr,
           BN: tl.constexpr, BK: tl.constexpr, NORM: tl.constexpr, ROPE: tl.constexpr,
-          ANGLES: tl.constexpr, UPCAST: tl.constexpr, OUT32: tl.constexpr = False):
+          ANGLES: tl.constexpr, UPCAST: tl.constexpr):
     off_m = pid_m * BM
     off_n = pid_n * BN
     acc = tl.zeros((BM, BN), tl.float32)
@@ -152,13 +147,13 @@ def _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_pt
         s = 0.0
     if off_n < NQ:
         y = _part(x, rows, m_ok, qw_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
-                  c, s, D, HB, NORM, ROPE, ANGLES, OUT32)
+                  c, s, D, HB, NORM, ROPE, ANGLES)
     elif off_n < NQ + NK:
         y = _part(x, rows, m_ok, kw_ptr, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S,
-                  flag_ptr, c, s, D, HB, NORM, ROPE, ANGLES, OUT32)
+                  flag_ptr, c, s, D, HB, NORM, ROPE, ANGLES)
     else:
         y = _part(x, rows, m_ok, kw_ptr, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S,
-                  flag_ptr, c, s, D, HB, 0, 0, ANGLES, OUT32)
+                  flag_ptr, c, s, D, HB, 0, 0, ANGLES)
     out_desc.store([off_m, off_n], y)
 
 
@@ -169,15 +164,9 @@ def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_pt
                      D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                      NORM: tl.constexpr, ROPE: tl.constexpr, PERSISTENT: tl.constexpr,
                      NUM_SMS: tl.constexpr, ANGLES: tl.constexpr = False,
-                     UPCAST: tl.constexpr = False, GUARD: tl.constexpr = 0,
+                     UPCAST: tl.constexpr = False,
                      PDL: tl.constexpr = 0):
     pdl.wait_for_predecessor(PDL)
-    # GUARD 2: the float32 fallback (``launch_fallback``): float32 q, k, v, written only once
-    # the range flag is raised, by persistent programs that exit at once otherwise
-    OUT32: tl.constexpr = GUARD == 2
-    if GUARD == 2:
-        if tl.load(flag_ptr) == 0:
-            return
     num_m = tl.cdiv(M, BM)
     num_n = tl.cdiv(N, BN)
     if PERSISTENT:
@@ -186,7 +175,7 @@ def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_pt
             _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
                   qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
                   NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM, ROPE, ANGLES,
-                  UPCAST, OUT32)
+                  UPCAST)
     else:
         pid_m, pid_n = _tile_of(tl.program_id(0), num_m, num_n, 8)
         _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
@@ -219,17 +208,17 @@ def candidates(parts, head_dim):
 
 
 def checked_operands(x16, w16, out16, tok_inv, parts, seq, head_dim, rope, angles, cfg, where,
-                     fits, out_dtype=torch.float16):
+                     fits):
     """The fused projection's launch contract (this kernel's and ``proj_rope_ws``'s): fp16
     x16 [M, K], w16 [Nq+Nk+Nv, K] and out16 [M, N], ``fits`` (the caller's scope and config
     checks), rows 16-byte aligned with unit column stride (the copy engine), and ``angles`` =
-    (inv_freq [D/2] float32, position_ids [B, S] integer) for rotate-half RoPE over the head;
-    ``out_dtype``: out16's (float32 for the fallback launch). Returns the launch's angle arguments (positions, their two strides, inv_freq), stand-ins
+    (inv_freq [D/2] float32, position_ids [B, S] integer) for rotate-half RoPE over the head.
+    Returns the launch's angle arguments (positions, their two strides, inv_freq), stand-ins
     without angles; raises ValueError naming ``where`` otherwise."""
     m, k = x16.shape
     n = w16.shape[0]
     if (x16.dtype != torch.float16 or w16.dtype != torch.float16 or w16.shape[1] != k
-            or n != sum(parts) or out16.shape != (m, n) or out16.dtype != out_dtype
+            or n != sum(parts) or out16.shape != (m, n) or out16.dtype != torch.float16
             or not fits):
         raise ValueError(f"{where}: operands or config {cfg} not covered")
     for t in (x16, w16, out16):
@@ -255,42 +244,17 @@ def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_nor
     ``angles`` = (inv_freq [D/2] float32, position_ids [B, S] integer): cos/sin of
     rotate-half RoPE over tables cat((f, f)) are computed in the launch from them (``_cos_sin``)
     instead of loaded (the tables stay the fallback's)."""
-    _launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_norm_weight, cos,
-            sin, seq, head_dim, norm, eps, eps_k, rope, cfg, angles, 0)
-
-
-def fallback_candidates(parts, head_dim):
-    """Configs for ``launch_fallback``: ``candidates``' tile shapes, as persistent programs."""
-    return list(dict.fromkeys(c[:5] + (True,) for c in candidates(parts, head_dim)))
-
-
-def launch_fallback(x16, w16, tok_inv, feat_inv, out32, flag, parts, q_norm_weight,
-                    k_norm_weight, cos, sin, seq, head_dim, norm, eps, eps_k, rope, cfg):
-    """The float32 fallback of ``launch``, for when ``flag`` is raised: out32 [M, Nq + Nk + Nv]
-    float32 = q, k, v after the scales, norm and RoPE (cos/sin from the tables), from exact
-    products (fp16 operand copies, float32 accumulation), unrounded. One launch of at most
-    ``tuning.GUARDED_PROGRAMS`` persistent programs that exit at once while the flag is clear:
-    it stands for the guarded GEMM and the guarded norm/RoPE launch of the other plans'
-    fallback (one launch fewer beside the fp16 attention and o_proj)."""
-    _launch(x16, w16, tok_inv, feat_inv, out32, flag, parts, q_norm_weight, k_norm_weight, cos,
-            sin, seq, head_dim, norm, eps, eps_k, rope, cfg[:5] + (True,), None, 2)
-
-
-def _launch(x16, w16, tok_inv, feat_inv, out, flag, parts, q_norm_weight, k_norm_weight, cos,
-            sin, seq, head_dim, norm, eps, eps_k, rope, cfg, angles, guard):
     bm, bn, bk, nw, ns, persistent = cfg
     m, k = x16.shape
     n = w16.shape[0]
     nq, nk, _ = parts
-    where = "proj_rope.launch_fallback" if guard else "proj_rope.launch"
     pos_args = checked_operands(
-        x16, w16, out, tok_inv, parts, seq, head_dim, rope, angles, cfg, where,
+        x16, w16, out16, tok_inv, parts, seq, head_dim, rope, angles, cfg, "proj_rope.launch",
         config_fits(cfg, parts, head_dim)
-        and covers(head_dim, rope, head_dim if rope != "none" else 0),
-        torch.float32 if guard else torch.float16)
+        and covers(head_dim, rope, head_dim if rope != "none" else 0))
     a_desc = TensorDescriptor.from_tensor(x16, [bm, bk])
     b_desc = TensorDescriptor.from_tensor(w16, [bn, bk])
-    o_desc = TensorDescriptor.from_tensor(out, [bm, bn])
+    o_desc = TensorDescriptor.from_tensor(out16, [bm, bn])
     if rope != "none":
         cs = (cos.stride(0), cos.stride(1), cos.stride(2))
     else:
@@ -299,15 +263,12 @@ def _launch(x16, w16, tok_inv, feat_inv, out, flag, parts, q_norm_weight, k_norm
     qw = q_norm_weight if norm != "none" else tok_inv
     kw = k_norm_weight if norm != "none" else tok_inv
     tiles = cdiv(m, bm) * cdiv(n, bn)
-    if guard:
-        sms = tuning.GUARDED_PROGRAMS
-    else:
-        sms = sm_count(x16.device) if x16.is_cuda else 4
+    sms = sm_count(x16.device) if x16.is_cuda else 4
     grid = (min(tiles, sms),) if persistent else (tiles,)
     proj_rope_kernel[grid](
         a_desc, b_desc, o_desc, m, n, k, tok_inv, feat_inv, qw, kw, float(eps),
         float(eps if eps_k is None else eps_k), cos, sin, *cs, seq, flag, nq, nk, *pos_args,
         D=head_dim, BM=bm, BN=bn, BK=bk, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
         PERSISTENT=bool(persistent), NUM_SMS=sms, ANGLES=angles is not None,
-        UPCAST=tuning.interpreting(), GUARD=guard, num_warps=nw, num_stages=ns,
+        UPCAST=tuning.interpreting(), num_warps=nw, num_stages=ns,
         **pdl.launch_options(x16.device))

@@ -289,13 +289,12 @@ def run_f16proj(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
 
 
 def _attend_and_project(t, spec, qkv32, x16, w16, cuts, scales, copies, o16, wo16_ready, tail,
-                        eps_k_value, mask, scale_value, prec, fused_fallback=None):
+                        eps_k_value, mask, scale_value, prec):
     """The fp16-copies plans' attention and o_proj, with the float32 fallback's q, k, v (column
     slices of ``qkv32``, the scaled float32 products) finished in place only if the range flag
     was raised (by a copy, or by the fp16-operand attention's output: hence after its
     launches). ``qkv32`` None: the plan kept no float32 products, and a guarded GEMM on the
-    fp16 operand copies (exact products, float32 accumulation) makes them first, or
-    ``fused_fallback(qkv32)``, one guarded launch that writes the finished q, k, v."""
+    fp16 operand copies (exact products, float32 accumulation) makes them first."""
     b, s = t["x"].shape[:2]
     remake = qkv32 is None
     if remake:      # written only if the flag is raised
@@ -303,9 +302,6 @@ def _attend_and_project(t, spec, qkv32, x16, w16, cuts, scales, copies, o16, wo1
     q, k, v = (qkv32[:, a:z] for a, z in cuts)
 
     def finish_fp32():
-        if remake and fused_fallback is not None:
-            fused_fallback(qkv32)
-            return
         if remake:
             _guarded_gemm(x16, w16, qkv32, "tf32", copies[3])
         qk_norm_rope_(q, k, *tail, eps_k=eps_k_value, scales=scales, store32=True, guard=2,
@@ -366,29 +362,7 @@ def _run_f16tma(t, spec, cos, sin, mask, eps_value, eps_k_value, scale_value, pr
             eps_value, spec.rope, spec.rotary_dim)
     return _attend_and_project(t, spec, None, x16, w16, cuts, (x_inv, q_inv, k_inv, v_inv),
                                copies, o16, wo16_ready, tail, eps_k_value, mask, scale_value,
-                               prec, _fused_fallback(t, spec, x16, w16, x_inv, w_inv, flag,
-                                                     parts, cos, sin, eps_value, eps_k_value))
-
-
-def _fused_fallback(t, spec, x16, w16, x_inv, w_inv, flag, parts, cos, sin, eps_value,
-                    eps_k_value):
-    """f16tma's fallback q, k, v as one guarded launch (``proj_rope.launch_fallback``) instead
-    of the guarded GEMM and the guarded norm/RoPE launch: one early-exit launch fewer beside
-    the fp16 attention and o_proj. INDUCTOR_GQA_FUSED_FALLBACK=0 keeps the two launches."""
-    if os.environ.get("INDUCTOR_GQA_FUSED_FALLBACK", "1") == "0":
-        return None
-    b, s, e = t["x"].shape
-    d = spec.head_dim
-    key = ("proj_rope fallback", tuning.gemm_rows_bucket(b * s), parts, e, d, spec.norm,
-           spec.rope)
-
-    def finish(qkv32):
-        def run(cfg):
-            proj_rope.launch_fallback(x16, w16, x_inv, w_inv, qkv32, flag, parts,
-                                      t["q_norm_weight"], t["k_norm_weight"], cos, sin, s, d,
-                                      spec.norm, eps_value, eps_k_value, spec.rope, cfg)
-        run(tuning.first_runnable(key, proj_rope.fallback_candidates(parts, d), run))
-    return finish
+                               prec)
 
 
 def _epilogue_form(spec, n_tok, out16, run):

@@ -14,9 +14,9 @@ replays of the whole block, interleaved over rounds:
 * ``inline_before`` / ``inline_after``: the attention's guarded launches on the main stream (no
   side stream, no fork and join in the graph), before or after the fp16 o_proj GEMM (both
   orders are correct: that GEMM reads only o16 and Wo16, which the fallback does not write);
-* ``two_launch_fallback``: INDUCTOR_GQA_FUSED_FALLBACK=0, the f16tma plan's fallback q, k, v
-  made by the guarded GEMM and the guarded norm/RoPE launch instead of ``as_is``'s one guarded
-  ``proj_rope.launch_fallback``.
+* (measured at d818315 and removed with the kernel form it compared) ``two_launch_fallback``:
+  the f16tma plan's fallback q, k, v by the guarded GEMM and the guarded norm/RoPE launch, as
+  now, against one guarded ``proj_rope.launch_fallback`` (float32 tiles, persistent programs).
 
 Prediction: ``no_guards`` 1-2 us below ``as_is`` per case (the o_proj twin's ~1 us on the chain,
 the side stream's blocks beside the o_proj GEMM); ``programs=16`` between the two. If
@@ -32,7 +32,13 @@ vs 22.6, 512x16 238.5 vs 234.4); ``no_guards`` 1.4-3.4 below it. The side stream
 place; what costs is the launches themselves, so the next step is fewer of them: prediction for
 ``as_is`` with the one-launch fallback against ``two_launch_fallback``: 0.3-1 us less per case
 (one of the side stream's three launches gone), the largest share at the small cases where the
-side stream's launches outlast the fp16 o_proj.
+side stream's launches outlast the fp16 o_proj. Outcome (an H100 again, runs/profiles/
+guard_cost3_d818315.json; both forms pass the plain and the overflow checks in graph replay):
+the one launch is no faster, and slower at 1024x2 (106.2 vs 103.1 us; 131x1 22.9 vs 22.4,
+512x16 235.4 vs 234.4). Its guarded programs reserve a GEMM's shared memory (90 KB) even to
+exit (the likely cost: they are placed beside the fp16 o_proj), and one launch fewer on the
+side stream does not shorten the chain. Removed; the guarded launches' ~2-3 us
+(``no_guards``) stay, short of a conditional graph node.
 
     PYTHONPATH=$PWD python perf/experiments/guard_cost_bench.py [--cases 131x1,...] [--out F]
 """
@@ -87,7 +93,6 @@ _O_PROJ16 = fp16_plans._o_proj16
 
 def setting(name):
     gg, qk, fb, progs = _ORIG
-    os.environ["INDUCTOR_GQA_FUSED_FALLBACK"] = "0" if name == "two_launch_fallback" else "1"
     fp16_plans._o_proj16 = (_o_proj16_inline(name == "inline_after")
                             if name.startswith("inline") else _O_PROJ16)
     tuning.GUARDED_PROGRAMS = 16 if name == "programs=16" else progs
@@ -105,10 +110,10 @@ def main():
     ap.add_argument("--cases", default=CASES)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="")
-    ap.add_argument("--settings", default="as_is,two_launch_fallback,no_guards",
+    ap.add_argument("--settings", default="as_is,no_guards,inline_before,inline_after",
                     help="comma-separated, from: as_is, programs=16, no_guards, inline_before, "
-                         "inline_after, two_launch_fallback (every one but no_guards and "
-                         "programs=16 is also checked, plain and with k beyond fp16's range)")
+                         "inline_after (every one but no_guards and programs=16 is also "
+                         "checked, plain and with k beyond fp16's range)")
     a = ap.parse_args()
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     names = tuple(a.settings.split(","))

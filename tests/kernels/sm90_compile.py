@@ -382,21 +382,6 @@ def proj_rope_jobs():
             tag = " angles" if angles else " tables"
             jobs.append(_job(f"proj_rope {cfg} norm{norm}{tag}", "inductor_gqa.kernels.proj_rope",
                              "proj_rope_kernel", types, consts, nw, ns))
-    # the guarded float32 fallback (launch_fallback: tables, persistent, float32 tiles out)
-    for cfg in proj_rope.fallback_candidates((1024, 256, 256), 64):
-        bm, bn, bk, nw, ns, _ = cfg
-        for norm in (0, 1):
-            types = dict(a_desc=f"tensordesc<fp16[{bm}, {bk}]>",
-                         b_desc=f"tensordesc<fp16[{bn}, {bk}]>",
-                         out_desc=f"tensordesc<fp32[{bm}, {bn}]>", tok_inv_ptr="*fp32",
-                         feat_inv_ptr="*fp32", qw_ptr="*fp32", kw_ptr="*fp32", eps="fp32",
-                         eps_k="fp32", cos_ptr="*fp32", sin_ptr="*fp32", flag_ptr="*i32",
-                         pos_ptr="*fp32", inv_ptr="*fp32")
-            consts = dict(D=64, BM=bm, BN=bn, BK=bk, NORM=norm, ROPE=1, PERSISTENT=True,
-                          NUM_SMS=128, cs_d=1, ANGLES=False, GUARD=2)
-            jobs.append(_job(f"proj_rope fallback {cfg} norm{norm}",
-                             "inductor_gqa.kernels.proj_rope", "proj_rope_kernel", types, consts,
-                             nw, ns))
     return jobs
 
 
