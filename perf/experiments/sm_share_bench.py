@@ -21,7 +21,6 @@ like the stats pass, the split idea is dead.
         [--cases 4096x1,2048x1] [--hogs 0,16,32,48,64] [--out F]
 """
 import argparse
-import json
 import statistics
 
 import torch
