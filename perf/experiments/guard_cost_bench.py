@@ -59,6 +59,8 @@ from perf.bench import graph_time_us             # noqa: E402
 from perf.kernels_check import w075_block        # noqa: E402
 from perf.sanitize_block import _replayed as replayed   # noqa: E402
 
+import gqa_pack_bench    # noqa: E402  the report loop (this folder is sys.path[0])
+
 CASES = "131x1,128x4,256x1,541x1,512x4,1024x2,512x16,4096x1"
 _ORIG = (fp16_plans._guarded_gemm, fp16_plans.qk_norm_rope_, lower_attention._fallbacks,
          tuning.GUARDED_PROGRAMS)
@@ -105,6 +107,41 @@ def setting(name):
         lower_attention._fallbacks = fb
 
 
+def bench(case, names, rounds):
+    s, b = (int(v) for v in case.split("x"))
+    torch.manual_seed(s * 7 + b)
+    inp = make_inputs(W075, s, b, device="cuda")
+    torch.set_float32_matmul_precision("highest")
+    with torch.no_grad():
+        ref = W075.fn(**inp)
+    torch.set_float32_matmul_precision("high")
+    t, spec = w075_block(inp, False)
+    setting("as_is")
+    with torch.no_grad():
+        block.run_block(dict(t), spec)      # the choices, timed once
+    rep = {n: [] for n in names}
+    for _ in range(rounds):
+        for n in names:
+            setting(n)
+            with torch.no_grad():
+                rep[n].append(graph_time_us(lambda: block.run_block(dict(t), spec),
+                                            replays=20, blocks=1)[0])
+    out = {n: round(statistics.median(v), 2) for n, v in rep.items()}
+    # k beyond fp16's range with the same scores (sanitize_block --overflow): the fallback
+    # runs, in the variant's order, inside a graph replay
+    big = dict(t, wq=t["wq"] * 2.0 ** -18, wk=t["wk"] * 2.0 ** 18)
+    for n in [n for n in names if n not in ("no_guards", "programs=16")]:
+        setting(n)
+        for tag, tt in (("", t), (" overflow", big)):
+            with torch.no_grad():
+                got = replayed(lambda: block.run_block(dict(tt), spec))
+            out[n + tag + " check"] = [round(check(o, r, atol(W075, s, b), W075.rtol)[1], 5)
+                                       for o, r in zip(got, ref)]
+    setting("as_is")
+    print(case, json.dumps(out), flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default=CASES)
@@ -115,44 +152,8 @@ def main():
                          "inline_after (every one but no_guards and programs=16 is also "
                          "checked, plain and with k beyond fp16's range)")
     a = ap.parse_args()
-    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     names = tuple(a.settings.split(","))
-    for case in a.cases.split(","):
-        s, b = (int(v) for v in case.split("x"))
-        torch.manual_seed(s * 7 + b)
-        inp = make_inputs(W075, s, b, device="cuda")
-        torch.set_float32_matmul_precision("highest")
-        with torch.no_grad():
-            ref = W075.fn(**inp)
-        torch.set_float32_matmul_precision("high")
-        t, spec = w075_block(inp, False)
-        setting("as_is")
-        with torch.no_grad():
-            block.run_block(dict(t), spec)      # the choices, timed once
-        rep = {n: [] for n in names}
-        for _ in range(a.rounds):
-            for n in names:
-                setting(n)
-                with torch.no_grad():
-                    rep[n].append(graph_time_us(lambda: block.run_block(dict(t), spec),
-                                                replays=20, blocks=1)[0])
-        out = {n: round(statistics.median(v), 2) for n, v in rep.items()}
-        # k beyond fp16's range with the same scores (sanitize_block --overflow): the fallback
-        # runs, in the variant's order, inside a graph replay
-        big = dict(t, wq=t["wq"] * 2.0 ** -18, wk=t["wk"] * 2.0 ** 18)
-        for n in [n for n in names if n not in ("no_guards", "programs=16")]:
-            setting(n)
-            for tag, tt in (("", t), (" overflow", big)):
-                with torch.no_grad():
-                    got = replayed(lambda: block.run_block(dict(tt), spec))
-                out[n + tag + " check"] = [round(check(o, r, atol(W075, s, b), W075.rtol)[1], 5)
-                                           for o, r in zip(got, ref)]
-        setting("as_is")
-        report[case] = out
-        print(case, json.dumps(out), flush=True)
-        if a.out:
-            with open(a.out, "w") as f:
-                json.dump(report, f, indent=1)
+    gqa_pack_bench.run_cases(lambda c: bench(c, names, a.rounds), a.cases, a.out)
 
 
 if __name__ == "__main__":
