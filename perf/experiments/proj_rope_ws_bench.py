@@ -11,6 +11,10 @@ difference in fp16 units, any NaN left), the range flag compared, three rounds o
 then GPU times (CUDA-graph replay medians) of every config of both kernels and of the cuBLAS
 fp16 GEMM alone.
 
+``--rope none`` / ``--head-dim N`` / ``--no-time``: the check alone for the forms ``covers`` does
+not offer yet (no RoPE) or that were not run on the GPU (head sizes other than 64): 16 query and
+4 KV heads of N, the no-RoPE form admitted for the run only.
+
 Prediction (written before the first GPU run): the epilogue hidden under the other warpgroup's
 main loop, so the fused launch near the cuBLAS GEMM alone: 8192 rows 52 -> 42-45 us, 4096 rows
 27 -> 22-24, 2048 rows ~15 -> 12-14; below ~1024 rows (fewer tiles than two per SM) no gain.
@@ -27,6 +31,7 @@ from inductor_gqa.lower import fp16_plans
 
 E, H, HK, D = 1024, 16, 4, 64
 PARTS = (H * D, HK * D, HK * D)
+NO_TIME = False
 
 
 def t_us(fn):
@@ -44,8 +49,15 @@ def operands(b, s, seed):
     return x16, x_inv, w16, w_inv, flag, (inv, pos)
 
 
+ROPE = "half"
+
+
 def run_old(ops, out, s, cfg):
     x16, x_inv, w16, w_inv, flag, angles = ops
+    if ROPE == "none":
+        proj_rope.launch(x16, w16, x_inv, w_inv, out, flag, PARTS, None, None, None, None, s,
+                         D, "none", 1e-6, None, "none", cfg)
+        return
     tab = x_inv.new_ones((1, 1, D)).expand(x16.shape[0] // s, s, D)   # unread: the angles
     proj_rope.launch(x16, w16, x_inv, w_inv, out, flag, PARTS, None, None, tab, tab, s, D,
                      "none", 1e-6, None, "half", cfg, angles=angles)
@@ -53,15 +65,27 @@ def run_old(ops, out, s, cfg):
 
 def run_ws(ops, out, s, cfg):
     x16, x_inv, w16, w_inv, flag, angles = ops
-    proj_rope_ws.launch(x16, w16, x_inv, w_inv, out, flag, PARTS, s, D, "half", cfg,
-                        angles=angles)
+    proj_rope_ws.launch(x16, w16, x_inv, w_inv, out, flag, PARTS, s, D, ROPE, cfg,
+                        angles=angles if ROPE != "none" else None)
+
+
+def _admit_no_rope():
+    """covers() for this run: the no-RoPE form too (the check that would let it be offered)."""
+    covers = proj_rope_ws.covers
+
+    def also_none(head_dim, norm, rope, rotary_dim, angles):
+        if rope == "none":
+            return proj_rope_ws.HAVE_GLUON and head_dim in (16, 32, 64, 128) and norm == "none"
+        return covers(head_dim, norm, rope, rotary_dim, angles)
+    proj_rope_ws.covers = also_none
 
 
 def case(b, s):
     m = b * s
     rep = {}
     old_cfgs = proj_rope.candidates(PARTS, D)
-    ws_cfgs = proj_rope_ws.candidates(PARTS, D, torch.device("cuda"), "none", "half", D, True)
+    ws_cfgs = proj_rope_ws.candidates(PARTS, D, torch.device("cuda"), "none", ROPE,
+                                      D if ROPE != "none" else 0, ROPE != "none")
     worst = 0.0
     for rnd in range(3):
         ops = operands(b, s, 1000 * rnd + m)
@@ -81,6 +105,12 @@ def case(b, s):
             rep.setdefault(f"check {cfg}", []).append(
                 dict(max_abs=diff, max_ulps=ulp, nan_left=nan, flag=int(ops[4].item()),
                      flag_ref=flag_ref))
+    if NO_TIME:
+        rep["summary"] = dict(worst_ulps=worst)
+        print(f"{s}x{b} ({m} rows) D={D} rope={ROPE}: worst {worst:.2f} fp16 ulps; "
+              + "; ".join(f"{k}: {v}" for k, v in rep.items() if k.startswith("check"))[:900],
+              flush=True)
+        return rep
     ops = operands(b, s, m)
     out = torch.empty((m, sum(PARTS)), device="cuda", dtype=torch.float16)
     rep["cublas fp16 gemm"] = t_us(lambda: fp16_plans._mm16_out16(ops[0], ops[2].t()))
@@ -104,9 +134,17 @@ def main():
     ap.add_argument("--cases", default="512x16,449x16,512x8,373x8,2048x1,1024x2,512x4,256x4,"
                                         "541x1,131x1")
     ap.add_argument("--out", default="")
+    ap.add_argument("--rope", default="half", choices=("half", "none"))
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--no-time", action="store_true", help="the checks only")
     a = ap.parse_args()
+    global ROPE, D, PARTS, NO_TIME
+    ROPE, D, NO_TIME = a.rope, a.head_dim, a.no_time
+    PARTS = (H * D, HK * D, HK * D)
+    if ROPE == "none":
+        _admit_no_rope()
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "triton": triton.__version__}
+              "triton": triton.__version__, "rope": ROPE, "head_dim": D}
     for c in a.cases.split(","):
         s, b = (int(v) for v in c.split("x"))
         report[c] = case(b, s)
