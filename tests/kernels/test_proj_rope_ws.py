@@ -12,7 +12,7 @@ PARTS = (1024, 256, 256)      # W075: 16 query heads, 4 KV heads of 64
 
 @pytest.mark.parametrize("norm,rope,rotary,angles,ok", [
     ("none", "half", 64, True, True),            # W075: cos/sin from the angles
-    ("none", "none", 0, False, False),           # no RoPE: compiled, not yet run on a GPU
+    ("none", "none", 0, False, True),            # no RoPE (the kernel's ROPE=0 form)
     ("none", "half", 64, False, False),          # cos/sin tables: proj_rope's kernel
     ("fp32_weight", "half", 64, True, False),    # a per-head norm: proj_rope's kernel
     ("none", "half", 32, True, False),           # partial rotary
@@ -25,7 +25,9 @@ def test_covers(norm, rope, rotary, angles, ok):
 def test_head_sizes():
     assert not proj_rope_ws.covers(256, "none", "half", 256, True)
     assert not proj_rope_ws.covers(24, "none", "half", 24, True)
+    assert not proj_rope_ws.covers(256, "none", "none", 0, False)
     assert proj_rope_ws.covers(128, "none", "half", 128, True) == proj_rope_ws.HAVE_GLUON
+    assert proj_rope_ws.covers(32, "none", "none", 0, False) == proj_rope_ws.HAVE_GLUON
 
 
 def test_tiles_hold_whole_heads_of_one_part():
