@@ -21,7 +21,7 @@ rounded once to fp16, the range rule per head row, and the tile out through the 
 
 Scope (``covers``): no per-head norm; no RoPE, or rotate-half RoPE over the whole head with
 cos/sin computed from inv_freq and the positions (W075's block); head size a power of two in
-[16, 128]; fp16 operands with 16-byte aligned rows; Hopper, Gluon importable. Other blocks keep
+[32, 128] (the sizes run on the GPU); fp16 operands with 16-byte aligned rows; Hopper, Gluon importable. Other blocks keep
 proj_rope's kernel. The CPU interpreter does not run Gluon: the kernel is compiled for sm_90
 on the CPU (tests/kernels/test_sm90_compile.py) and checked on the GPU against proj_rope's
 (perf/experiments/proj_rope_ws_bench.py).
@@ -234,7 +234,7 @@ def covers(head_dim, norm, rope, rotary_dim, angles) -> bool:
     """Blocks this launch covers, as checked on the GPU against proj_rope's kernel (H200, head
     sizes 32, 64 and 128; docs/kernels.md note 60): no norm, and no RoPE or rotate-half RoPE
     over the whole head with cos/sin from the angles (inv_freq and positions)."""
-    if not (HAVE_GLUON and head_dim in (16, 32, 64, 128) and norm == "none"):
+    if not (HAVE_GLUON and head_dim in (32, 64, 128) and norm == "none"):
         return False
     return rope == "none" or (rope == "half" and rotary_dim == head_dim and bool(angles))
 

@@ -26,6 +26,7 @@ def test_head_sizes():
     assert not proj_rope_ws.covers(256, "none", "half", 256, True)
     assert not proj_rope_ws.covers(24, "none", "half", 24, True)
     assert not proj_rope_ws.covers(256, "none", "none", 0, False)
+    assert not proj_rope_ws.covers(16, "none", "half", 16, True)     # compiles; not run on a GPU
     assert proj_rope_ws.covers(128, "none", "half", 128, True) == proj_rope_ws.HAVE_GLUON
     assert proj_rope_ws.covers(32, "none", "none", 0, False) == proj_rope_ws.HAVE_GLUON
 
