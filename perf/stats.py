@@ -181,7 +181,9 @@ def gate(current: dict, baseline: dict, floor: Optional[float] = None,
 
     A failure is: a correctness check of a gated implementation that failed in the current run
     (failed checks of other implementations are listed as warnings); a gated baseline row that is missing, errored or unavailable now; a row whose GPU time grew by
-    more than threshold(); a row that ran the fused op in the baseline and does not now.
+    more than threshold(); a row that ran the fused op in the baseline and does not now; a run
+    on another GPU model than the baseline's (its times say nothing about a regression: a
+    machine pool may hand out an H100 for an H200).
     ``scope(baseline_row)``: whether the run was asked for that row (a run of some workloads or
     cases); rows outside it are counted in "outside", not required.
     """
@@ -193,6 +195,10 @@ def gate(current: dict, baseline: dict, floor: Optional[float] = None,
     compared = outside = 0
     warnings = check_failures(current, exclude=impls)
     failures += check_failures(current, only=impls)
+    gpu, base_gpu = current.get("env", {}).get("gpu"), baseline.get("env", {}).get("gpu")
+    if gpu and base_gpu and gpu != base_gpu:
+        failures.append(f"this run's GPU ({gpu}) is not the baseline's ({base_gpu}): "
+                        "its times cannot be compared with it")
     for key, b in index_rows(baseline).items():
         if b.get("status") != "ok" or not b.get("gpu_us"):
             continue

@@ -53,6 +53,15 @@ def test_gate_passes_within_noise_and_fails_beyond():
     assert text.startswith("gate: FAIL") and "W075/high/backend/fn/S128xB4" in text
 
 
+def test_gate_refuses_a_run_on_another_gpu():
+    base = doc([row(gpu=100.0)], noise_floor=0.05)
+    other = doc([row(gpu=90.0)])
+    other["env"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    g = stats.gate(other, base)
+    assert not g["ok"] and "is not the baseline's (NVIDIA H200)" in g["failures"][0]
+    assert stats.gate(doc([row(gpu=90.0)]), base)["ok"]
+
+
 def test_gate_noisy_case_gets_wider_threshold():
     base = doc([row(gpu=100.0, spread=0.06)], noise_floor=0.05)
     assert stats.gate(doc([row(gpu=110.0, spread=0.01)]), base)["ok"]       # 12% allowed
