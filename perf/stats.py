@@ -195,10 +195,13 @@ def gate(current: dict, baseline: dict, floor: Optional[float] = None,
     compared = outside = 0
     warnings = check_failures(current, exclude=impls)
     failures += check_failures(current, only=impls)
-    gpu, base_gpu = current.get("env", {}).get("gpu"), baseline.get("env", {}).get("gpu")
-    if gpu and base_gpu and gpu != base_gpu:
-        failures.append(f"this run's GPU ({gpu}) is not the baseline's ({base_gpu}): "
-                        "its times cannot be compared with it")
+    env, base_env = current.get("env", {}), baseline.get("env", {})
+    if env.get("gpu") and base_env.get("gpu") and env["gpu"] != base_env["gpu"]:
+        failures.append(f"this run's GPU ({env['gpu']}) is not the baseline's "
+                        f"({base_env['gpu']}): its times cannot be compared with it")
+    for lib in ("torch", "triton"):     # the same code may compile differently: say so
+        if env.get(lib) and base_env.get(lib) and env[lib] != base_env[lib]:
+            warnings.append(f"{lib} {env[lib]} here, {base_env[lib]} in the baseline")
     for key, b in index_rows(baseline).items():
         if b.get("status") != "ok" or not b.get("gpu_us"):
             continue

@@ -62,6 +62,15 @@ def test_gate_refuses_a_run_on_another_gpu():
     assert stats.gate(doc([row(gpu=90.0)]), base)["ok"]
 
 
+def test_gate_warns_on_other_library_versions():
+    base = doc([row(gpu=100.0)], noise_floor=0.05)
+    newer = doc([row(gpu=100.0)])
+    newer["env"]["torch"] = "2.13"
+    g = stats.gate(newer, base)
+    assert g["ok"] and g["warnings"] == ["torch 2.13 here, 2.11 in the baseline"]
+    assert "warning (not gated) torch 2.13 here" in stats.gate_text(g)
+
+
 def test_gate_noisy_case_gets_wider_threshold():
     base = doc([row(gpu=100.0, spread=0.06)], noise_floor=0.05)
     assert stats.gate(doc([row(gpu=110.0, spread=0.01)]), base)["ok"]       # 12% allowed
