@@ -54,16 +54,7 @@ def main(argv=None) -> int:
 
     tags = [t for t in a.prefer.split(",") if t]
     taken = set()
-
-    def pick(key, cands, run):
-        for tag in tags:
-            liked = [c for c in cands if tag in str(c)]
-            if liked:
-                taken.add(str(liked[0]))
-                return liked[0]
-        return cands[min(a.config, len(cands) - 1)]
-
-    tuning.pick = pick
+    tuning.pick = preferring(tags, a.config, taken)
     bad = 0
     for spec in a.cases.split(","):
         workload, precision, s, b = parse_case(spec)
@@ -97,6 +88,21 @@ def main(argv=None) -> int:
                       flush=True)
                 taken.clear()
     return 1 if bad else 0
+
+
+def preferring(tags, config=0, taken=None):
+    """A stand-in for ``tuning.pick`` (no timing): each choice takes the first candidate whose
+    text contains the first of ``tags`` that any candidate contains, else candidate ``config``
+    (the last if there are fewer); the preferred choices taken are added to ``taken``."""
+    def pick(key, cands, run):
+        for tag in tags:
+            liked = [c for c in cands if tag in str(c)]
+            if liked:
+                if taken is not None:
+                    taken.add(str(liked[0]))
+                return liked[0]
+        return cands[min(config, len(cands) - 1)]
+    return pick
 
 
 def _replayed(call):

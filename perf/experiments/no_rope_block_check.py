@@ -24,7 +24,7 @@ from inductor_gqa.lower import block
 from inductor_gqa.op.reference import attention_block_reference
 from inductor_gqa.plan.spec import BlockSpec
 from perf.kernels_check import _empty_tensors
-from perf.sanitize_block import _replayed
+from perf.sanitize_block import _replayed, preferring
 
 
 def main() -> int:
@@ -34,15 +34,7 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     a = ap.parse_args()
     taken = set()
-
-    def pick(key, cands, run):
-        for tag in ("f16tma", "ws"):
-            liked = [c for c in cands if tag in str(c)]
-            if liked:
-                taken.add(str(liked[0]))
-                return liked[0]
-        return cands[0]
-    tuning.pick = pick
+    tuning.pick = preferring(("f16tma", "ws"), 0, taken)
     spec = BlockSpec(num_heads=16, num_kv_heads=4, head_dim=64, core="explicit", scale=1.0,
                      return_probs=True)
     bad = 0
