@@ -95,6 +95,8 @@ _O_PROJ16 = fp16_plans._o_proj16
 
 def setting(name):
     gg, qk, fb, progs = _ORIG
+    # "branch": the fallbacks in a conditional graph node (kernels/graph_branch.py)
+    os.environ["INDUCTOR_GQA_GRAPH_BRANCH"] = "1" if name == "branch" else "0"
     fp16_plans._o_proj16 = (_o_proj16_inline(name == "inline_after")
                             if name.startswith("inline") else _O_PROJ16)
     tuning.GUARDED_PROGRAMS = 16 if name == "programs=16" else progs
@@ -149,7 +151,7 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--settings", default="as_is,no_guards,inline_before,inline_after",
                     help="comma-separated, from: as_is, programs=16, no_guards, inline_before, "
-                         "inline_after (every one but no_guards and programs=16 is also "
+                         "inline_after, branch (every one but no_guards and programs=16 is also "
                          "checked, plain and with k beyond fp16's range)")
     a = ap.parse_args()
     names = tuple(a.settings.split(","))
