@@ -109,7 +109,8 @@ class _Driver:
                                P(P(vp)), P(sz))
         self.handle_create = fn("cuGraphConditionalHandleCreate", 12030, P(u64), vp, vp,
                                 _c.c_uint, _c.c_uint)
-        self.add_node = fn("cuGraphAddNode", 12030, P(vp), vp, P(vp), sz, P(_NodeParams))
+        # 12.3's form: dependencies with (here no) edge data
+        self.add_node = fn("cuGraphAddNode", 12030, P(vp), vp, P(vp), vp, sz, P(_NodeParams))
         self.update_deps = fn("cuStreamUpdateCaptureDependencies", 12000, vp, P(vp), sz,
                               _c.c_uint)
         self.begin_to_graph = fn("cuStreamBeginCaptureToGraph", 12030, vp, vp, P(vp), vp, sz,
@@ -215,7 +216,7 @@ class Branch:
         params.conditional.size = 1
         params.conditional.ctx = self._ctx
         node = _c.c_void_p()
-        drv.check(drv.add_node(_c.byref(node), graph, deps, n, _c.byref(params)),
+        drv.check(drv.add_node(_c.byref(node), graph, deps, None, n, _c.byref(params)),
                   "adding the conditional node")
         drv.check(drv.update_deps(main, _c.byref(node), 1, _SET_DEPENDENCIES),
                   "cuStreamUpdateCaptureDependencies")
