@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from ..kernels import fp16_rows, graph_branch, proj_rope, proj_rope_ws, qk_epilogue, tuning
+from ..kernels import fp16_rows, proj_rope, proj_rope_ws, qk_epilogue, tuning
 from ..kernels import linear as linear_kernels
 from ..kernels.host import capability
 from ..kernels.qk_epilogue import qk_norm_rope_, wo16_
@@ -217,13 +217,8 @@ def _o_proj16(o, o16, wo, wo16, flag, pending=(), wo16_ready=None):
     b, s, hd = o.shape
     if wo16_ready is not None:
         torch.cuda.current_stream(o.device).wait_event(wo16_ready)
-    capturing = o.is_cuda and tuning._capturing()
-    if o.is_cuda and not capturing:
-        graph_branch.prepare(o.device)      # loaded here, before any capture needs it
-    elif capturing and graph_branch.ready(o.device):
-        return _o_proj16_branch(o, o16, wo, wo16, flag, pending)
     side = None
-    if pending and capturing:
+    if pending and o.is_cuda and tuning._capturing():
         side = _side_stream(o.device)
         main = torch.cuda.current_stream(o.device)
         side.wait_stream(main)
@@ -235,27 +230,6 @@ def _o_proj16(o, o16, wo, wo16, flag, pending=(), wo16_ready=None):
         main.wait_stream(side)      # the float32 twin reads the fallback's o
     # 3xTF32: Triton's TF32 truncates the operands
     _guarded_gemm(o.view(b * s, hd), wo, out, "tf32x3", flag)
-    return out.view(b, s, -1)
-
-
-def _o_proj16_branch(o, o16, wo, wo16, flag, pending):
-    """``_o_proj16`` while a CUDA graph is captured, with every float32 fallback launch (the
-    attention's pending ones and o_proj's twin) in the body of a conditional node that runs only
-    when the flag is raised (``kernels/graph_branch.py``): the kernel that sets its handle from
-    the flag goes on the side stream beside the fp16 o_proj GEMM (the flag is final here: the
-    attention launches and Wo's copy are behind us), the node after both."""
-    b, s, hd = o.shape
-    main = torch.cuda.current_stream(o.device)
-    side = _side_stream(o.device)
-    side.wait_stream(main)
-    with torch.cuda.stream(side):
-        branch = graph_branch.Branch(flag)
-    out = _mm16(o16.view(b * s, hd), wo16.t())
-    main.wait_stream(side)
-    with branch.body():
-        for run in pending:
-            run()
-        _guarded_gemm(o.view(b * s, hd), wo, out, "tf32x3", flag)
     return out.view(b, s, -1)
 
 

@@ -38,7 +38,8 @@ the one launch is no faster, and slower at 1024x2 (106.2 vs 103.1 us; 131x1 22.9
 512x16 235.4 vs 234.4). Its guarded programs reserve a GEMM's shared memory (90 KB) even to
 exit (the likely cost: they are placed beside the fp16 o_proj), and one launch fewer on the
 side stream does not shorten the chain. Removed; the guarded launches' ~2-3 us
-(``no_guards``) stay, short of a conditional graph node.
+(``no_guards``) stay. A conditional graph node instead (a ``branch`` setting at e9fe0de,
+docs/kernels.md note 61): ~5 us *slower* than ``as_is`` (131x1 26.0 vs 21.0 us).
 
     PYTHONPATH=$PWD python perf/experiments/guard_cost_bench.py [--cases 131x1,...] [--out F]
 """
@@ -95,8 +96,6 @@ _O_PROJ16 = fp16_plans._o_proj16
 
 def setting(name):
     gg, qk, fb, progs = _ORIG
-    # "branch": the fallbacks in a conditional graph node (kernels/graph_branch.py)
-    os.environ["INDUCTOR_GQA_GRAPH_BRANCH"] = "1" if name == "branch" else "0"
     fp16_plans._o_proj16 = (_o_proj16_inline(name == "inline_after")
                             if name.startswith("inline") else _O_PROJ16)
     tuning.GUARDED_PROGRAMS = 16 if name == "programs=16" else progs
@@ -151,7 +150,7 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--settings", default="as_is,no_guards,inline_before,inline_after",
                     help="comma-separated, from: as_is, programs=16, no_guards, inline_before, "
-                         "inline_after, branch (every one but no_guards and programs=16 is also "
+                         "inline_after (every one but no_guards and programs=16 is also "
                          "checked, plain and with k beyond fp16's range)")
     a = ap.parse_args()
     names = tuple(a.settings.split(","))
