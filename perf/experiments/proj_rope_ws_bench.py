@@ -19,6 +19,7 @@ main loop, so the fused launch near the cuBLAS GEMM alone: 8192 rows 52 -> 42-45
 27 -> 22-24, 2048 rows ~15 -> 12-14; below ~1024 rows (fewer tiles than two per SM) no gain.
 """
 import argparse
+import ast
 import json
 import statistics
 
@@ -31,6 +32,7 @@ from inductor_gqa.lower import fp16_plans
 E, H, HK, D = 1024, 16, 4, 64
 PARTS = (H * D, HK * D, HK * D)
 NO_TIME = False
+EXTRA = []      # --extra: proj_rope configs timed beside its candidates (not checked)
 ROPE = "half"
 
 
@@ -71,7 +73,8 @@ def run_ws(ops, out, s, cfg):
 def case(b, s):
     m = b * s
     rep = {}
-    old_cfgs = proj_rope.candidates(PARTS, D)
+    old_cfgs = proj_rope.candidates(PARTS, D) + [c for c in EXTRA
+                                                 if proj_rope.config_fits(c, PARTS, D)]
     ws_cfgs = proj_rope_ws.candidates(PARTS, D, torch.device("cuda"), "none", ROPE,
                                       D if ROPE != "none" else 0, ROPE != "none")
     worst = 0.0
@@ -125,8 +128,12 @@ def main():
     ap.add_argument("--rope", default="half", choices=("half", "none"))
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--no-time", action="store_true", help="the checks only")
+    ap.add_argument("--extra", default="[]",
+                    help="a Python list of proj_rope configs (BM, BN, BK, warps, stages, "
+                         "persistent) timed beside its candidates")
     a = ap.parse_args()
-    global ROPE, D, PARTS, NO_TIME
+    global ROPE, D, PARTS, NO_TIME, EXTRA
+    EXTRA = [tuple(c) for c in ast.literal_eval(a.extra)]
     ROPE, D, NO_TIME = a.rope, a.head_dim, a.no_time
     PARTS = (H * D, HK * D, HK * D)
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
