@@ -47,8 +47,11 @@ except ImportError:     # pragma: no cover
 # (BM, BN, BK, warps, stages, persistent). H200, W075's Q/K/V shape as a plain fp16 GEMM
 # (perf/experiments/tma_gemm_bench.py): 64x64 one tile per program best up to ~1024 rows,
 # 128x128 / 128x256 persistent from ~2048, within 0-12% of cuBLAS. With the epilogue, 128x128
-# on 4 warps and 128x256 spill on sm_90 (255 registers); these do not
+# on 4 warps and 128x256 spill on sm_90 (255 registers); these do not. 128-deep K steps for a
+# few hundred rows, with the epilogue (perf/experiments/proj_rope_ws_bench.py --extra, H200):
+# 131 rows 7.8 -> 7.4 us, 256 rows 7.5 -> 7.0; 6-8 stages of 64 did not help
 CONFIGS = [(64, 64, 64, 4, 4, False), (64, 128, 64, 4, 4, False), (64, 128, 64, 4, 3, False),
+           (64, 64, 128, 4, 4, False), (64, 64, 128, 4, 3, False),
            (128, 128, 64, 8, 4, True), (128, 128, 64, 8, 3, True), (128, 128, 64, 8, 4, False)]
 
 

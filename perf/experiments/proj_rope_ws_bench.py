@@ -6,7 +6,8 @@ inv_freq and the positions), per token count.
 
 Each case: fp16 operand copies with their power-of-two scales as the f16tma plan makes them
 (fp16_plans._scaled_fp16_operands on fresh float32 inputs), the output NaN-poisoned before every
-checked launch; the warp-specialized kernel's copies compared with proj_rope's (largest
+checked launch; the warp-specialized kernel's copies (and those of proj_rope's other configs)
+compared with proj_rope's first config's (largest
 difference in fp16 units, any NaN left), the range flag compared, three rounds of fresh inputs;
 then GPU times (CUDA-graph replay medians) of every config of both kernels and of the cuBLAS
 fp16 GEMM alone.
@@ -32,7 +33,7 @@ from inductor_gqa.lower import fp16_plans
 E, H, HK, D = 1024, 16, 4, 64
 PARTS = (H * D, HK * D, HK * D)
 NO_TIME = False
-EXTRA = []      # --extra: proj_rope configs timed beside its candidates (not checked)
+EXTRA = []      # --extra: proj_rope configs timed beside its candidates
 ROPE = "half"
 
 
@@ -83,10 +84,10 @@ def case(b, s):
         ref = torch.full((m, sum(PARTS)), float("nan"), device="cuda", dtype=torch.float16)
         run_old(ops, ref, s, old_cfgs[0])
         flag_ref = int(ops[4].item())
-        for cfg in ws_cfgs:
+        for cfg in ws_cfgs + old_cfgs[1:]:
             ops[4].zero_()
             out = torch.full_like(ref, float("nan"))
-            run_ws(ops, out, s, cfg)
+            (run_ws if cfg[0] == "ws" else run_old)(ops, out, s, cfg)
             torch.cuda.synchronize()
             diff = float((out.float() - ref.float()).abs().max())
             ulp = float(((out.float() - ref.float()).abs()
