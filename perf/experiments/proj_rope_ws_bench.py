@@ -6,11 +6,10 @@ inv_freq and the positions), per token count.
 
 Each case: fp16 operand copies with their power-of-two scales as the f16tma plan makes them
 (fp16_plans._scaled_fp16_operands on fresh float32 inputs), the output NaN-poisoned before every
-checked launch; the warp-specialized kernel's copies (and those of proj_rope's other configs)
-compared with proj_rope's first config's (largest
-difference in fp16 units, any NaN left), the range flag compared, three rounds of fresh inputs;
-then GPU times (CUDA-graph replay medians) of every config of both kernels and of the cuBLAS
-fp16 GEMM alone.
+checked launch; the copies of the warp-specialized kernel and of proj_rope's other configs
+compared with those of proj_rope's first config (largest difference in fp16 units, any NaN
+left), the range flag compared, three rounds of fresh inputs; then GPU times (CUDA-graph replay
+medians) of every config of both kernels and of the cuBLAS fp16 GEMM alone.
 
 ``--rope none`` / ``--head-dim N`` / ``--no-time``: the check alone for the kernel's other forms
 (no RoPE; 16 query and 4 KV heads of N), as run before ``covers`` offered them (note 60).
