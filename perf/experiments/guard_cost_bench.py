@@ -94,8 +94,19 @@ def _o_proj16_inline(after):
 _O_PROJ16 = fp16_plans._o_proj16
 
 
+_GUARDED_CFG = fp16_plans._GUARDED_GEMM
+
+
 def setting(name):
     gg, qk, fb, progs = _ORIG
+    # "small_guard=BM/BN/warps/stages": the guarded GEMMs (o_proj's twin, the f16tma/f16proj16
+    # fallback's products) with small tiles, so their programs need little shared memory and
+    # can be placed beside the fp16 o_proj's blocks while they wait
+    if name.startswith("small_guard="):
+        bm, bn, nw, ns = (int(v) for v in name.split("=")[1].split("/"))
+        fp16_plans._GUARDED_GEMM = (bm, bn, 32, 8, nw, ns)
+    else:
+        fp16_plans._GUARDED_GEMM = _GUARDED_CFG
     fp16_plans._o_proj16 = (_o_proj16_inline(name == "inline_after")
                             if name.startswith("inline") else _O_PROJ16)
     tuning.GUARDED_PROGRAMS = 16 if name == "programs=16" else progs
@@ -150,7 +161,8 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--settings", default="as_is,no_guards,inline_before,inline_after",
                     help="comma-separated, from: as_is, programs=16, no_guards, inline_before, "
-                         "inline_after (every one but no_guards and programs=16 is also "
+                         "inline_after, small_guard=BM/BN/warps/stages (every one but "
+                         "no_guards and programs=16 is also "
                          "checked, plain and with k beyond fp16's range)")
     a = ap.parse_args()
     names = tuple(a.settings.split(","))
