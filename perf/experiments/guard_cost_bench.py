@@ -39,7 +39,10 @@ the one launch is no faster, and slower at 1024x2 (106.2 vs 103.1 us; 131x1 22.9
 exit (the likely cost: they are placed beside the fp16 o_proj), and one launch fewer on the
 side stream does not shorten the chain. Removed; the guarded launches' ~2-3 us
 (``no_guards``) stay. A conditional graph node instead (a ``branch`` setting at e9fe0de,
-docs/kernels.md note 61): ~5 us *slower* than ``as_is`` (131x1 26.0 vs 21.0 us).
+docs/kernels.md note 61): ~5 us *slower* than ``as_is`` (131x1 26.0 vs 21.0 us). The guarded
+GEMMs with small tiles (a ``small_guard`` setting at 09fb16c: 16 or 4 KB of shared memory and 128
+threads a program instead of 96 KB and 256 threads at 255 registers, so they could be placed
+beside the fp16 o_proj's blocks): within 0.2-0.5 us of ``as_is`` in all five cases (note 62).
 
     PYTHONPATH=$PWD python perf/experiments/guard_cost_bench.py [--cases 131x1,...] [--out F]
 """
@@ -94,19 +97,8 @@ def _o_proj16_inline(after):
 _O_PROJ16 = fp16_plans._o_proj16
 
 
-_GUARDED_CFG = fp16_plans._GUARDED_GEMM
-
-
 def setting(name):
     gg, qk, fb, progs = _ORIG
-    # "small_guard=BM/BN/warps/stages": the guarded GEMMs (o_proj's twin, the f16tma/f16proj16
-    # fallback's products) with small tiles, so their programs need little shared memory and
-    # can be placed beside the fp16 o_proj's blocks while they wait
-    if name.startswith("small_guard="):
-        bm, bn, nw, ns = (int(v) for v in name.split("=")[1].split("/"))
-        fp16_plans._GUARDED_GEMM = (bm, bn, 32, 8, nw, ns)
-    else:
-        fp16_plans._GUARDED_GEMM = _GUARDED_CFG
     fp16_plans._o_proj16 = (_o_proj16_inline(name == "inline_after")
                             if name.startswith("inline") else _O_PROJ16)
     tuning.GUARDED_PROGRAMS = 16 if name == "programs=16" else progs
@@ -161,8 +153,7 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--settings", default="as_is,no_guards,inline_before,inline_after",
                     help="comma-separated, from: as_is, programs=16, no_guards, inline_before, "
-                         "inline_after, small_guard=BM/BN/warps/stages (every one but "
-                         "no_guards and programs=16 is also "
+                         "inline_after (every one but no_guards and programs=16 is also "
                          "checked, plain and with k beyond fp16's range)")
     a = ap.parse_args()
     names = tuple(a.settings.split(","))
