@@ -42,7 +42,7 @@ side stream does not shorten the chain. Removed; the guarded launches' ~2-3 us
 docs/kernels.md note 61): ~5 us *slower* than ``as_is`` (131x1 26.0 vs 21.0 us). The guarded
 GEMMs with small tiles (a ``small_guard`` setting at 09fb16c: 16 or 4 KB of shared memory and 128
 threads a program instead of 96 KB and 256 threads at 255 registers, so they could be placed
-beside the fp16 o_proj's blocks): within 0.2-0.5 us of ``as_is`` in all five cases (note 62).
+beside the fp16 o_proj's blocks): within 0.5 us of ``as_is`` in all five cases (note 62).
 
     PYTHONPATH=$PWD python perf/experiments/guard_cost_bench.py [--cases 131x1,...] [--out F]
 """
