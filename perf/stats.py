@@ -180,10 +180,11 @@ def gate(current: dict, baseline: dict, floor: Optional[float] = None,
     """Compare a run with a baseline. Returns {"ok", "failures", "regressions", "compared", ...}.
 
     A failure is: a correctness check of a gated implementation that failed in the current run
-    (failed checks of other implementations are listed as warnings); a gated baseline row that is missing, errored or unavailable now; a row whose GPU time grew by
-    more than threshold(); a row that ran the fused op in the baseline and does not now; a run
-    on another GPU model than the baseline's (its times say nothing about a regression: a
-    machine pool may hand out an H100 for an H200).
+    (failed checks of other implementations are listed as warnings); a gated baseline row that
+    is missing, errored or unavailable now; a row whose GPU time grew by more than threshold();
+    a row that ran the fused op in the baseline and does not now; a run on another GPU model
+    than the baseline's (its times say nothing about a regression: a machine pool may hand out
+    an H100 for an H200).
     ``scope(baseline_row)``: whether the run was asked for that row (a run of some workloads or
     cases); rows outside it are counted in "outside", not required.
     """

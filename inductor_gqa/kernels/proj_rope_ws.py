@@ -21,10 +21,10 @@ rounded once to fp16, the range rule per head row, and the tile out through the 
 
 Scope (``covers``): no per-head norm; no RoPE, or rotate-half RoPE over the whole head with
 cos/sin computed from inv_freq and the positions (W075's block); head size a power of two in
-[32, 128] (the sizes run on the GPU); fp16 operands with 16-byte aligned rows; Hopper, Gluon importable. Other blocks keep
-proj_rope's kernel. The CPU interpreter does not run Gluon: the kernel is compiled for sm_90
-on the CPU (tests/kernels/test_sm90_compile.py) and checked on the GPU against proj_rope's
-(perf/experiments/proj_rope_ws_bench.py).
+[32, 128] (the sizes run on the GPU); fp16 operands with 16-byte aligned rows; Hopper, Gluon
+importable. Other blocks keep proj_rope's kernel. The CPU interpreter does not run Gluon: the
+kernel is compiled for sm_90 on the CPU (tests/kernels/test_sm90_compile.py) and checked on the
+GPU against proj_rope's (perf/experiments/proj_rope_ws_bench.py).
 """
 
 from __future__ import annotations
