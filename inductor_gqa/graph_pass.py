@@ -1,7 +1,11 @@
-"""The Inductor pass: find attention blocks, replace each by one fused op.
+"""The Inductor pass: find attention blocks, decide each one's kernel plan, lower it.
 
 It runs as a joint-graph custom pass (``torch._inductor.config.joint_custom_pre_pass``): that is
 before Inductor's own attention rewrite, so the graph still reads the way the user wrote it.
+Per block: find (``find/``), plan (``plan/``: the kernels and their configs, or the reason none
+applies, in which case the block stays as the user wrote it), rewrite into one
+``inductor_gqa::attention_block`` node, and on a GPU lower that node to the plan's kernels
+(``lower/``). On the CPU the node stays and runs the PyTorch reference.
 """
 
 from __future__ import annotations
@@ -20,17 +24,21 @@ from .find import report
 from .find.assemble import assemble
 from .find.graph import Reject
 from .find.rewrite import rewrite
+from .lower import expand
 from .options import Options
 from .patterns.attention_core import anchors
+from .plan.plans import Problem, Unsupported, choose
 
 _PACKAGE = pathlib.Path(__file__).parent
 _PATTERNS = pathlib.Path(patterns.__file__).parent
 
 
 def source_hash() -> str:
-    """Hash of every source file the pass and the fused op depend on (patterns and kernels too)."""
+    """Hash of every source file the pass and the fused op depend on (patterns, kernels and the
+    config tables too)."""
     h = hashlib.sha256()
-    files = sorted(set(_PACKAGE.rglob("*.py")) | set(_PATTERNS.rglob("*.py")))
+    files = sorted(set(_PACKAGE.rglob("*.py")) | set(_PACKAGE.rglob("*.json"))
+                   | set(_PATTERNS.rglob("*.py")))
     for f in files:
         h.update(str(f.relative_to(f.parents[1])).encode())
         h.update(f.read_bytes())
@@ -70,8 +78,9 @@ class AttentionBlockPass(CustomGraphPass):
             if u is None:
                 return None   # a chained plain callable cannot be cached safely: bypass
             chained.append(u)
+        # the float32 matmul precision decides plans (TF32 or not), so it keys the cache too
         return ("inductor_gqa", _SOURCE_HASH, repr(dataclasses.astuple(self.options)),
-                torch.__version__, tuple(chained))
+                torch.__version__, torch.get_float32_matmul_precision(), tuple(chained))
 
 
 def _requires_grad(graph: Graph) -> bool:
@@ -99,11 +108,34 @@ def run(graph: Graph, options: Options) -> int:
         except Reject as r:
             report.rejected(anchor, r.reason, r.detail)
             continue
-        rewrite(graph, match)
+        values = match_values(match)
+        plan = None
+        if values["x"].device.type != "cpu" or options.cpu_kernels:
+            try:
+                plan = choose(match.spec, Problem.of(match.spec, values), options)
+            except Unsupported as u:
+                report.rejected(anchor, "no kernel plan", u.reason)
+                continue
+        call = rewrite(graph, match)
+        if plan is not None:
+            expand(graph, call, plan, match.spec)
         graph.eliminate_dead_code()
         alive = set(graph.nodes)
-        report.fused(anchor, match.spec)
+        report.fused(anchor, match.spec, plan)
         fused += 1
     if fused:
         graph.lint()
     return fused
+
+
+def match_values(match) -> dict:
+    """The fake values of a match's op inputs by name (row slices of fused weights sliced)."""
+    out = {}
+    for name, value in match.tensors.items():
+        if isinstance(value, tuple):
+            src, start, end = value
+            value = src.meta["val"][start:end]
+        elif isinstance(value, torch.fx.Node):
+            value = value.meta["val"]
+        out[name] = value
+    return out

@@ -17,6 +17,15 @@ class Options:
     # which builds the tables in one launch (kernels/rope_table.py) instead of the several small
     # kernels the graph's own code becomes. Off: keep the model's cos/sin computation as it is.
     rope_from_positions: bool = True
+    # float32 blocks where TF32 is allowed may run on fp16 operand copies (plan/plans.py's
+    # Fp16CopiesPlan: TF32's precision at twice its rate, with a guarded float32 fallback).
+    fp16_operands: bool = True
+    # Use the measured per-GPU config tables (plan/tables/); off: every family's default config.
+    tuned_tables: bool = True
+    # Lower blocks on CPU tensors to the GPU kernel plans, run by Triton's interpreter
+    # (TRITON_INTERPRET=1): how the CPU tests run the GPU path. Off: CPU blocks run the PyTorch
+    # reference inside the fused op.
+    cpu_kernels: bool = False
 
 
 def as_options(value) -> "Options | None":

@@ -14,9 +14,12 @@ def seen(anchor) -> None:
     counters["inductor_gqa"]["blocks_seen"] += 1
 
 
-def fused(anchor, spec) -> None:
+def fused(anchor, spec, plan=None) -> None:
     counters["inductor_gqa"]["blocks_fused"] += 1
-    log.info("fused attention block at %s: %s", anchor.name, spec)
+    if plan is not None:
+        counters["inductor_gqa"][f"plan: {plan.name}"] += 1
+    log.info("fused attention block at %s: %s%s", anchor.name, spec,
+             f"; plan {plan}" if plan is not None else "")
 
 
 def rejected(anchor, reason: str, detail: str = "") -> None:

@@ -3,19 +3,15 @@
 * GQA natively: program (m-tile, b*H + h) reads KV head h // groups straight from the projection
   output (strided [B, S, heads, D] views); programs of query heads that share a KV head are
   adjacent in launch order, so its K/V tiles are served from L2. repeat_kv is never formed.
-* MODE 0: one pass, online softmax (no probabilities).
+* MODE 0: one pass, online softmax (no probabilities). EMPTY_ZERO: a wholly masked row gives
+  zeros (SDPA's rule) instead of 0 / 0 (an explicit softmax's NaN).
   MODE 1 + MODE 2: the probabilities path. Pass 1 stores per-row max and sum of exp (base 2);
   pass 2 recomputes the scores, writes the normalized probabilities exactly once and accumulates
   P @ V. No other S x S tensor exists.
   MODE 3: the probabilities path in one launch when a whole row fits one key tile (BLOCK_N >= S,
   the host's guarantee): exact row max and sum, then the same store and P @ V.
   MODE 4: MODE 1 then MODE 2 in the same program, row tile by row tile: the pair in one launch,
-  for the guarded fallback (two passes in one launch are slower where speed counts: note 9).
-  MODE 6: the pair rolled into one launch: a program takes ROWS consecutive row tiles and
-  computes each tile's statistics in the key loop that stores the previous tile's
-  probabilities (one K load for both products). No mask, not causal. Meant to run the stats
-  work under the stores; on the H200 it does not (4096x1 428 vs 419 us for the pair), but as
-  one launch it wins at small grids (541x1 19.8 vs 23.1; docs/kernels.md note 42).
+  for the guarded fallback (two passes in one launch are slower where speed counts).
 * Masks, in the eager order: scale, causal (-inf), bool_fill (mask_fill), bool_keep (-inf),
   additive. Causal tiles wholly above the diagonal are skipped (and, for probabilities, written as
   zeros without computing) except with bool_fill, whose finite fill overrides the causal -inf.
@@ -41,25 +37,32 @@
   4096x1, 102 -> 95 at 512x16); results are bitwise those of GP 1.
 * FOLD (no mask tensor, scale > 0, from the host): 16-bit q is multiplied by the scale inside the
   exponent's argument, one FMA per score (``_shifted``), instead of a multiply and a subtract.
+* ROW4 (S and the probabilities' row stride multiples of 4 but not of 16): both rewritten as
+  (x // 4) * 4 in the kernel, so the compiler sees 16-byte aligned rows and stores 16 bytes at a
+  time (H200, one-launch probabilities at 452x16: 109 -> 97 us).
 * ALIGN4 (probabilities stored, S % 4 != 0, no causal mask, GP 1; ``align4_ok``): rows not
   16-byte aligned make every store 32-bit. A program then takes rows of one residue class mod 4,
   whose probability rows all start at the same offset mod 4 (DELTA), and shifts its key tiles
   DELTA columns left: whole 4-column groups go out as 16-byte stores, the partial groups at a
   row's ends one by one (H200, probabilities pass at 449x16: 120 -> 110 us).
-* PERSIST (the guarded fallback's launches, GUARD 2): about 128 programs loop over the tiles, so
-  the launch is cheap when the flag is clear.
+* PERSIST (the guarded fallback's launches, GUARD 2): GUARDED_PROGRAMS programs loop over the
+  tiles, so the launch is cheap when the flag is clear.
+
+EVEN_N, ROW4 and ALIGN4 depend on S's value: they apply where S is static, never under dynamic
+shapes (no guard on S is added for them).
 """
 
 from __future__ import annotations
 
 import math
 
+import torch
 import triton
 import triton.language as tl
 
-from . import pdl, tuning
-from .host import cdiv, next_pow2, row4
-from .qk_epilogue import FP16_MIN_NORMAL
+from .launch import cdiv, launch as _launch, next_pow2, static_int
+
+FP16_MIN_NORMAL = tl.constexpr(2.0 ** -14)   # fp16's smallest normal (the copies' range rule)
 
 MASK_CODES = {"none": 0, "bool_keep": 1, "bool_fill": 2, "additive": 3}
 LOG2E = 1.4426950408889634
@@ -178,9 +181,8 @@ def gqa_attention_kernel(
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr = 1,
         FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False,
-        ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1, ROWS=1,
-        ROW4: tl.constexpr = False, PDL: tl.constexpr = 0):
-    pdl.wait_for_predecessor(PDL)
+        ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1,
+        ROW4: tl.constexpr = False, EMPTY_ZERO: tl.constexpr = False):
     if ROW4:
         # S and the probabilities' row stride are multiples of 4 (launch: row4); written so
         # that the compiler sees it (a hint on an argument is not kept): the rows start
@@ -193,13 +195,7 @@ def gqa_attention_kernel(
     if GUARD == 2:
         if tl.load(FLAG) == 0:
             return
-    if MODE == 6:
-        tl.static_assert(not CAUSAL and MASK_KIND == 0 and not ALIGN4 and not PERSIST)
-        _rolling_tiles(tl.program_id(0), tl.program_id(1), ROWS, Q, K, V, O, P, FLAG,
-                       sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s,
-                       so_h, sp_b, sp_h, sp_s, H, G, S, qscale, D, BLOCK_D, BLOCK_M, BLOCK_N,
-                       PREC, UPCAST, V_KMAJOR, GUARD, GP, FOLD, EVEN_N)
-    elif PERSIST:
+    if PERSIST:
         # the guarded float32 fallback (GUARD 2): a few programs loop over the N_BH row-tile
         # columns, so the launch costs little when the flag is clear (a full grid of programs
         # that only read the flag took microseconds at W075's larger sizes)
@@ -210,14 +206,14 @@ def gqa_attention_kernel(
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                         qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                         MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                        ALIGN4)
+                        ALIGN4, EMPTY_ZERO)
     else:
         _tile_modes(tl.program_id(0), tl.program_id(1), Q, K, V, O, P, MASK, ML, FLAG,
                     sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                     so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                     qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                     MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                    ALIGN4)
+                    ALIGN4, EMPTY_ZERO)
 
 
 @triton.jit
@@ -230,7 +226,7 @@ def _tile_modes(
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr,
-        ALIGN4: tl.constexpr):
+        ALIGN4: tl.constexpr, EMPTY_ZERO: tl.constexpr):
     # MODE 4: MODE 1 then MODE 2 on the same row tile (a tile's probabilities need only its own
     # rows' statistics), for the guarded fallback: one launch instead of two; the barriers make
     # the statistics one thread stored visible to the thread that reads them, and keep a looping
@@ -243,7 +239,7 @@ def _tile_modes(
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                         qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                         pass_mode, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                        ALIGN4)
+                        ALIGN4, EMPTY_ZERO)
         if MODE == 4:
             tl.debug_barrier()
 
@@ -258,7 +254,7 @@ def _attention_tile(
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr,
-        ALIGN4: tl.constexpr):
+        ALIGN4: tl.constexpr, EMPTY_ZERO: tl.constexpr):
     # MR query positions per program; with GP > 1 its BLOCK_M rows are GP query heads of one KV
     # head (head-major blocks of MR rows), so each K/V tile it loads serves all of them
     MR: tl.constexpr = BLOCK_M // GP
@@ -411,7 +407,10 @@ def _attention_tile(
                 tl.store(p_row + offs_n[None, :], zeros, mask=m_ok[:, None] & (offs_n < S)[None, :],
                          eviction_policy="evict_first")
         elif MODE == 0:
-            acc = acc / l_i[:, None]
+            if EMPTY_ZERO:      # SDPA's rule: a wholly masked row attends to nothing (zeros)
+                acc = tl.where(l_i[:, None] > 0.0, acc / l_i[:, None], 0.0)
+            else:               # softmax's: 0 / 0, NaN, as eager gives
+                acc = acc / l_i[:, None]
         o_ptrs = (O + b64 * so_b + hcol * so_h + offs_m[:, None].to(tl.int64) * so_s
                   + offs_d[None, :])
         tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
@@ -432,150 +431,6 @@ def _flag_o16(acc, m_ok, d_ok, offs_m, FLAG, O16: tl.constexpr):
         tl.atomic_max(FLAG + tl.zeros_like(offs_m), 1, mask=bad)
 
 
-@triton.jit
-def _rows_of(t, h, MR: tl.constexpr, BLOCK_M: tl.constexpr):
-    """Row tile t of a program's (batch, heads): each row's query position and query head
-    (BLOCK_M // MR heads, head-major blocks of MR rows: flash.py's GP)."""
-    rows = tl.arange(0, BLOCK_M)
-    return t * MR + rows % MR, h + rows // MR
-
-
-@triton.jit
-def _rolling_tiles(
-        chunk, bh, ROWS, Q, K, V, O, P, FLAG,
-        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
-        sp_b, sp_h, sp_s, H, G, S, qscale,
-        D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        PREC: tl.constexpr, UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, GUARD: tl.constexpr,
-        GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr):
-    """MODE 6: the probabilities of ROWS consecutive row tiles in one program, each tile's
-    statistics computed in the key loop of the tile before it (the first tile's alone); one K
-    tile load serves both products. No mask, not causal."""
-    MR: tl.constexpr = BLOCK_M // GP
-    PRESCALED: tl.constexpr = Q.dtype.element_ty == tl.float32
-    EXP_SCALE: tl.constexpr = FOLD and not PRESCALED
-    b = bh // (H // GP)
-    h = (bh - b * (H // GP)) * GP
-    kvh = h // G
-    b64 = b.to(tl.int64)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_nb = tl.arange(0, BLOCK_N)
-    d_ok = offs_d < D
-    k_base = K + b64 * sk_b + kvh * sk_h + offs_d[None, :]
-    if V_KMAJOR:
-        v_base = V + b64 * sv_b + kvh.to(tl.int64) * sv_h + offs_d[:, None].to(tl.int64) * sv_d
-    else:
-        v_base = V + b64 * sv_b + kvh.to(tl.int64) * sv_h + offs_d[None, :].to(tl.int64) * sv_d
-    first = chunk * ROWS
-    last = tl.minimum(first + ROWS, tl.cdiv(S, MR))
-
-    # the first tile's statistics alone (the stats pass's loop)
-    offs_m, hh = _rows_of(first, h, MR, BLOCK_M)
-    q_b = _load_q(Q, b64, hh, offs_m, offs_d, sq_b, sq_h, sq_s, S, d_ok, qscale, UPCAST)
-    m_b = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_b = tl.zeros([BLOCK_M], tl.float32)
-    for start_n in range(0, S, BLOCK_N):
-        offs_n = start_n + offs_nb
-        k = _load_k(k_base, sk_s, offs_n, S, d_ok, UPCAST)
-        m_b, l_b = _stats_update(tl.dot(q_b, tl.trans(k), input_precision=PREC), m_b, l_b,
-                                 offs_n, start_n, S, qscale, PRESCALED, EXP_SCALE, EVEN_N)
-    for t in range(first, last):
-        q_a = q_b
-        offs_a = offs_m
-        hh_a = hh
-        lse = tl.where(m_b == float("-inf"), 0.0, m_b) + tl.log2(l_b)
-        a_ok = offs_a < S
-        p_row = (P + b64 * sp_b + hh_a[:, None].to(tl.int64) * sp_h
-                 + offs_a[:, None].to(tl.int64) * sp_s)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-        if t + 1 < last:
-            offs_m, hh = _rows_of(t + 1, h, MR, BLOCK_M)
-            q_b = _load_q(Q, b64, hh, offs_m, offs_d, sq_b, sq_h, sq_s, S, d_ok, qscale,
-                          UPCAST)
-            m_b = tl.full([BLOCK_M], float("-inf"), tl.float32)
-            l_b = tl.zeros([BLOCK_M], tl.float32)
-            for start_n in range(0, S, BLOCK_N):
-                offs_n = start_n + offs_nb
-                k = _load_k(k_base, sk_s, offs_n, S, d_ok, UPCAST)
-                kt = tl.trans(k)
-                acc = _probs_update(tl.dot(q_a, kt, input_precision=PREC), acc, lse, p_row,
-                                    v_base, sv_s, offs_n, start_n, a_ok, d_ok, S, qscale, P,
-                                    V, PREC, UPCAST, V_KMAJOR, PRESCALED, EXP_SCALE, EVEN_N)
-                m_b, l_b = _stats_update(tl.dot(q_b, kt, input_precision=PREC), m_b, l_b,
-                                         offs_n, start_n, S, qscale, PRESCALED, EXP_SCALE,
-                                         EVEN_N)
-        else:
-            for start_n in range(0, S, BLOCK_N):
-                offs_n = start_n + offs_nb
-                k = _load_k(k_base, sk_s, offs_n, S, d_ok, UPCAST)
-                acc = _probs_update(tl.dot(q_a, tl.trans(k), input_precision=PREC), acc, lse,
-                                    p_row, v_base, sv_s, offs_n, start_n, a_ok, d_ok, S, qscale,
-                                    P, V, PREC, UPCAST, V_KMAJOR, PRESCALED, EXP_SCALE, EVEN_N)
-        o_ptrs = (O + b64 * so_b + hh_a[:, None] * so_h + offs_a[:, None].to(tl.int64) * so_s
-                  + offs_d[None, :])
-        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=a_ok[:, None] & d_ok[None, :])
-        if GUARD == 1:
-            _flag_o16(acc, a_ok, d_ok, offs_a, FLAG, O.dtype.element_ty == tl.float16)
-
-
-@triton.jit
-def _load_q(Q, b64, hh, offs_m, offs_d, sq_b, sq_h, sq_s, S, d_ok, qscale, UPCAST: tl.constexpr):
-    q = tl.load(Q + b64 * sq_b + hh[:, None] * sq_h + offs_m[:, None].to(tl.int64) * sq_s
-                + offs_d[None, :], mask=(offs_m < S)[:, None] & d_ok[None, :], other=0.0)
-    if UPCAST:
-        q = q.to(tl.float32)
-    if Q.dtype.element_ty == tl.float32:
-        q = q * qscale      # PRESCALED
-    return q
-
-
-@triton.jit
-def _load_k(k_base, sk_s, offs_n, S, d_ok, UPCAST: tl.constexpr):
-    k = tl.load(k_base + offs_n[:, None].to(tl.int64) * sk_s,
-                mask=(offs_n < S)[:, None] & d_ok[None, :], other=0.0)
-    if UPCAST:
-        k = k.to(tl.float32)
-    return k
-
-
-@triton.jit
-def _stats_update(s, m_i, l_i, offs_n, n0, S, qscale, PRESCALED: tl.constexpr,
-                  EXP_SCALE: tl.constexpr, EVEN_N: tl.constexpr):
-    """One key tile of the stats pass: the running row max and sum of exp (base 2)."""
-    if not PRESCALED and not EXP_SCALE:
-        s = s * qscale
-    if not EVEN_N:
-        if n0 + s.shape[1] > S:
-            s = tl.where((offs_n < S)[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, _row_max(s, qscale, EXP_SCALE))
-    m_u = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.exp2(_shifted(s, m_u, qscale, EXP_SCALE))
-    l_i = l_i * tl.exp2(m_i - m_u) + tl.sum(p, 1)
-    return m_new, l_i
-
-
-@triton.jit
-def _probs_update(s, acc, lse, p_row, v_base, sv_s, offs_n, n0, m_ok, d_ok, S, qscale, P, V,
-                  PREC: tl.constexpr, UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr,
-                  PRESCALED: tl.constexpr, EXP_SCALE: tl.constexpr, EVEN_N: tl.constexpr):
-    """One key tile of the probabilities pass: store exp2(s - lse) and accumulate P @ V."""
-    if not PRESCALED and not EXP_SCALE:
-        s = s * qscale
-    n_ok = offs_n < S
-    if not EVEN_N:
-        if n0 + s.shape[1] > S:
-            s = tl.where(n_ok[None, :], s, float("-inf"))
-    p_out = tl.exp2(_shifted(s, lse, qscale, EXP_SCALE)).to(P.dtype.element_ty)
-    tl.store(p_row + offs_n[None, :], p_out, mask=m_ok[:, None] & n_ok[None, :],
-             eviction_policy="evict_first")
-    v = _load_v(v_base, offs_n, n_ok, d_ok, sv_s, V_KMAJOR)
-    if UPCAST:
-        acc += tl.dot(p_out.to(tl.float32), v.to(tl.float32), input_precision=PREC)
-    else:
-        acc += tl.dot(p_out.to(V.dtype.element_ty), v, input_precision=PREC)
-    return acc
-
-
 def align4_ok(seq, mode, causal, gp, block_n):
     """Where ALIGN4 applies: probabilities stored (MODE 2 or 3) with rows not 16-byte aligned
     (S % 4 != 0), no causal mask, one query head per program; MODE 3's single key tile must
@@ -584,51 +439,77 @@ def align4_ok(seq, mode, causal, gp, block_n):
             and (mode == 2 or block_n >= seq + 3))
 
 
-def launch(q, k, v, out, probs, mask, ml, batch, seq, num_heads, groups, head_dim, scale,
-           mask_fill, causal, mask_kind, mode, prec, upcast, block_m, block_n, num_warps,
-           num_stages, v_kmajor=False, pipeline=False, flag=None, guard=0, gp=1, align4=False,
-           rows=1):
-    """q, k: (tensor, (stride b, h, s)) of [B,S,heads,D]-strided views with unit d stride;
-    v: (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; out [B,S,H*D];
-    ``flag``/``guard``: see GUARD; ``gp``: query heads per program (GP), dividing the group and
-    the row tile; ``rows``: row tiles per program (MODE 6)."""
-    if mode == 6 and (causal or mask_kind != 0 or guard == 2 or rows < 1):
-        raise ValueError("flash.launch: MODE 6 takes no mask, no causal masking and no "
-                         "guarded fallback, and at least one row tile per program")
+
+
+GUARDED_PROGRAMS = 128      # about one per H200 SM: a guarded launch whose flag is clear is cheap
+
+
+def row4(probs_row_stride, seq) -> bool:
+    """ROW4 applies: both multiples of 4 that Triton's launcher does not mark (it marks
+    multiples of 16)."""
+    sp, s = static_int(probs_row_stride), static_int(seq)
+    return (sp is not None and s is not None and sp % 4 == 0 and s % 4 == 0
+            and (sp % 16 != 0 or s % 16 != 0))
+
+
+def launch(q, k, v, o=None, *, batch, seq, num_heads, groups, head_dim, scale, causal, mode, prec,
+           cfg, probs=None, ml=None, mask=None, mask_kind=0, mask_fill=float("-inf"),
+           flag=None, guard=0, v_kmajor=False, upcast=False, empty_zero=False):
+    """One attention launch; returns the new values of the tensors it writes, in the order
+    (o, probs, ml, flag) restricted to those this MODE writes.
+
+    q, k: (tensor, (stride b, h, s)) of [B, S, heads, D]-strided views with unit d stride; v:
+    (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; o [B, S, H*D]
+    (float32, or fp16 with GUARD 1: the fp16 o_proj's operand); probs [B, H, S, S]; ml
+    [B*H*S*2] float32 (the row statistics of MODE 1, read by MODE 2); mask broadcast to
+    [B, H, S, S]; ``cfg``: an ``AttentionConfig`` (plan/configs.py)."""
+    gp, block_m, block_n = cfg.gp, cfg.block_m, cfg.block_n
     if gp < 1 or groups % gp or block_m % gp:
         raise ValueError(f"flash.launch: {gp} query heads per program must divide the group "
                          f"({groups}) and the row tile ({block_m})")
-    (Qt, sq), (Kt, sk), (Vt, sv) = q, k, v
-    block_d = max(16, next_pow2(head_dim))
-    if mask is not None:
-        sm = mask.stride()
-        mask_t = mask
-    else:
-        sm = (0, 0, 0, 0)
-        mask_t = Qt
-    p_t = probs if probs is not None else out
-    sp = (probs.stride(0), probs.stride(1), probs.stride(2)) if probs is not None else (0, 0, 0)
-    ml_t = ml if ml is not None else out
-    align4 = bool(align4) and align4_ok(seq, mode, causal, gp, block_n)
+    if guard and flag is None:
+        raise ValueError("flash.launch: a guarded launch needs the flag")
+    (qt, sq), (kt, sk), (vt, sv) = q, k, v
+    dummy = qt      # pointers a MODE never touches
+    s_static = static_int(seq)
+    align4 = bool(cfg.align4) and s_static is not None and align4_ok(s_static, mode, causal, gp,
+                                                                    block_n)
     if align4:
-        grid = (4 * cdiv(cdiv(seq, 4), block_m), batch * num_heads)
-    elif mode == 6:
-        grid = (cdiv(cdiv(seq, block_m // gp), rows), batch * num_heads // gp)
+        grid = (4 * cdiv(cdiv(s_static, 4), block_m), batch * num_heads)
     else:
         grid = (cdiv(seq, block_m // gp), batch * num_heads // gp)
     persist = guard == 2 and not align4
     n_bh = grid[1]
     if persist:
-        grid = (min(grid[0] * grid[1], tuning.GUARDED_PROGRAMS), 1)
-    gqa_attention_kernel[grid](
-        Qt, Kt, Vt, out, p_t, mask_t, ml_t, flag if guard else out,
-        *sq, *sk, *sv, out.stride(0), out.stride(1), head_dim,
-        *sp, *sm,
-        num_heads, groups, seq, float(scale) * LOG2E, log2_units(float(mask_fill)),
-        D=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
-        MASK_KIND=mask_kind, MODE=mode, PREC=prec, UPCAST=upcast, V_KMAJOR=bool(v_kmajor),
-        PIPELINE=bool(pipeline), GUARD=int(guard), GP=int(gp),
-        FOLD=mask_kind == 0 and float(scale) > 0, EVEN_N=seq % block_n == 0 and not align4,
-        ALIGN4=align4, PERSIST=persist, N_BH=n_bh, ROWS=int(rows),
-        **({"ROW4": True} if probs is not None and mode != 1 and row4(probs, seq) else {}),
-        num_warps=num_warps, num_stages=num_stages, **pdl.launch_options(out.device))
+        grid = (GUARDED_PROGRAMS, 1)
+    writes_o = mode != 1
+    writes_p = mode in (2, 3, 4)
+    writes_ml = mode in (1, 4)
+    writes_flag = guard == 1 and writes_o and o.dtype == torch.float16
+    if (writes_o and o is None) or (writes_p and probs is None) or (
+            (writes_ml or mode == 2) and ml is None):
+        raise ValueError(f"flash.launch: MODE {mode} needs o, probs and/or ml")
+    sp = (probs.stride(0), probs.stride(1), probs.stride(2)) if probs is not None else (0, 0, 0)
+    sm = mask.stride() if mask is not None else (0, 0, 0, 0)
+    outputs = (["O"] if writes_o else []) + (["P"] if writes_p else []) + (
+        ["ML"] if writes_ml else []) + (["FLAG"] if writes_flag else [])
+    return _launch(
+        gqa_attention_kernel, grid, outputs, num_warps=cfg.warps, num_stages=cfg.stages,
+        Q=qt, K=kt, V=vt, O=o if o is not None else dummy,
+        P=probs if probs is not None else dummy, MASK=mask if mask is not None else dummy,
+        ML=ml if ml is not None else dummy, FLAG=flag if flag is not None else dummy,
+        sq_b=sq[0], sq_h=sq[1], sq_s=sq[2], sk_b=sk[0], sk_h=sk[1], sk_s=sk[2],
+        sv_b=sv[0], sv_h=sv[1], sv_s=sv[2], sv_d=sv[3],
+        so_b=o.stride(0) if o is not None else 0, so_s=o.stride(1) if o is not None else 0,
+        so_h=head_dim,
+        sp_b=sp[0], sp_h=sp[1], sp_s=sp[2], sm_b=sm[0], sm_h=sm[1], sm_q=sm[2], sm_k=sm[3],
+        H=num_heads, G=groups, S=seq, qscale=float(scale) * LOG2E,
+        mask_fill=log2_units(float(mask_fill)),
+        D=head_dim, BLOCK_D=max(16, next_pow2(head_dim)), BLOCK_M=block_m, BLOCK_N=block_n,
+        CAUSAL=bool(causal), MASK_KIND=int(mask_kind), MODE=int(mode), PREC=prec,
+        UPCAST=bool(upcast), V_KMAJOR=bool(v_kmajor), PIPELINE=bool(cfg.pipeline),
+        GUARD=int(guard), GP=int(gp), FOLD=mask_kind == 0 and float(scale) > 0,
+        EVEN_N=s_static is not None and s_static % block_n == 0 and not align4,
+        ALIGN4=align4, PERSIST=persist, N_BH=n_bh,
+        ROW4=probs is not None and mode != 1 and row4(sp[2], seq),
+        EMPTY_ZERO=bool(empty_zero))

@@ -8,10 +8,11 @@ reciprocals ``inv`` of the two operands' row scales (the norm/RoPE launch applie
 
     x @ w^T = diag(inv_x) (x16 @ w16^T) diag(inv_w)
 
-Up to four matrices with the same row length share the launch (one flat grid), and it may also
-build the RoPE tables (``rope_table.TableJob``). A row of
-zeros gets scale 1; a row holding inf or NaN keeps them (the result is inf/NaN, as in eager).
-The launch may also clear the fp16 plans' range flag (``zero``), which saves the plan a launch.
+x and the three projection weights share the launch (one flat grid; the weights become row
+blocks of one fp16 operand, so q, k and v are one GEMM), and it may also build the RoPE tables
+(``rope_table``). A row of zeros gets scale 1; a row holding inf or NaN keeps them (the result is
+inf/NaN, as in eager). The launch also clears the fp16 plan's range flag, which saves the plan a
+launch.
 """
 
 from __future__ import annotations
@@ -20,21 +21,11 @@ import torch
 import triton
 import triton.language as tl
 
-from . import pdl
-from .host import cdiv, next_pow2
+from .launch import cdiv, launch, next_pow2
 from .rope_table import table_rows
 
 TARGET_EXP = 13         # row maxima land in [2^13, 2^14): fp16's largest finite value is ~2^16
 MAX_COLS = 16384
-
-
-def out16_target(k: int) -> int:
-    """The target exponent T for GEMM operands whose product is stored as fp16 (f16proj16): every
-    product |x16 @ w16^T| is at most K * 2^(T+1) * 2^(T+1) <= 2^15, half of fp16's range, so no
-    output (nor a partial sum) can overflow. K = 1024 gives T = 1 (row maxima in [2, 4)); values
-    of a row below fp16's normal range then keep an absolute error of 2^-25, far below TF32's
-    2^-11 of the row's maximum."""
-    return (13 - (k - 1).bit_length()) // 2
 
 
 @triton.jit
@@ -59,81 +50,75 @@ def _rows(x_ptr, y_ptr, inv_ptr, n_rows, K, pid, ROWS: tl.constexpr, BLOCK_K: tl
 
 
 @triton.jit
-def scale_rows_kernel(x0, y0, i0, n0, x1, y1, i1, n1, x2, y2, i2, n2, x3, y3, i3, n3, K, zero_ptr,
-                      e1, e2, e3, e4,
+def scale_rows_kernel(X, X16, XINV, n_x, W0, W1, W2, n0, n1, n2, W16, WINV, K, FLAG,
+                      e0, e1, e2, e3,
                       inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s,
                       ROWS: tl.constexpr, BLOCK_K: tl.constexpr, TARGET: tl.constexpr,
-                      ZERO: tl.constexpr, TABLE: tl.constexpr = False, R: tl.constexpr = 0,
+                      TABLE: tl.constexpr = False, R: tl.constexpr = 0,
                       BLOCK_H: tl.constexpr = 1, BLOCK_T: tl.constexpr = 1,
-                      INTERLEAVED: tl.constexpr = False, LIBDEVICE: tl.constexpr = False,
-                      PDL: tl.constexpr = 0):
-    pdl.wait_for_predecessor(PDL)
-    # one flat grid: programs [0, e1) scale matrix 0, [e1, e2) matrix 1, ... and, with TABLE,
-    # the programs from e4 on build the RoPE tables (rope_table.table_rows): one launch fewer
-    # (a 2-D grid sized by the longest matrix left most programs idle)
+                      INTERLEAVED: tl.constexpr = False, LIBDEVICE: tl.constexpr = False):
+    # one flat grid: programs [0, e0) scale x, [e0, e1) the first weight, [e1, e2) the second,
+    # [e2, e3) the third (row blocks of W16), and with TABLE the programs from e3 on build the
+    # RoPE tables (rope_table.table_rows): one launch for all of it
     pid = tl.program_id(0)
-    if ZERO:
-        if pid == 0:
-            tl.store(zero_ptr, 0)
-    if pid < e1:
-        _rows(x0, y0, i0, n0, K, pid, ROWS, BLOCK_K, TARGET)
+    if pid == 0:
+        tl.store(FLAG, 0)
+    if pid < e0:
+        _rows(X, X16, XINV, n_x, K, pid, ROWS, BLOCK_K, TARGET)
+    elif pid < e1:
+        _rows(W0, W16, WINV, n0, K, pid - e0, ROWS, BLOCK_K, TARGET)
     elif pid < e2:
-        _rows(x1, y1, i1, n1, K, pid - e1, ROWS, BLOCK_K, TARGET)
+        _rows(W1, W16 + n0 * K, WINV + n0, n1, K, pid - e1, ROWS, BLOCK_K, TARGET)
     elif pid < e3:
-        _rows(x2, y2, i2, n2, K, pid - e2, ROWS, BLOCK_K, TARGET)
-    elif pid < e4:
-        _rows(x3, y3, i3, n3, K, pid - e3, ROWS, BLOCK_K, TARGET)
+        _rows(W2, W16 + (n0 + n1) * K, WINV + n0 + n1, n2, K, pid - e2, ROWS, BLOCK_K, TARGET)
     elif TABLE:
-        table_rows(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s, pid - e4,
+        table_rows(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s, pid - e3,
                    R, BLOCK_H, BLOCK_T, INTERLEAVED, LIBDEVICE)
 
 
-def scale_rows(mats, outs=None, zero=None, table=None, target=TARGET_EXP, rows=None,
-               num_warps=None):
-    """[x (M, K) float32 contiguous, ...] (one to four, same K) -> [(x16, inv), ...]: fp16 copies
-    and the float32 reciprocals of their row scales (x == inv[:, None] * x16, up to fp16
-    rounding). ``outs``: preallocated (x16, inv) per matrix, or None to allocate (contiguous;
-    e.g. row blocks of one buffer, so that several weights become one GEMM operand). ``zero``:
-    a one-element int32 tensor the launch sets to 0 (the fp16 plans' range flag). ``table``: a
-    ``rope_table.TableJob`` whose RoPE tables the same launch builds. ``target``: the exponent
-    each row's maximum is scaled to (``TARGET_EXP``, or ``out16_target`` for fp16 products).
-    ``rows`` (rows per program) and ``num_warps``: the launch shape, for benchmarks."""
-    if not 1 <= len(mats) <= 4:
-        raise ValueError("scale_rows: one to four matrices")
-    k = mats[0].shape[1]
-    for m in mats:
-        if m.dim() != 2 or m.shape[1] != k or m.dtype != torch.float32 or not m.is_contiguous():
-            raise ValueError("scale_rows: float32 contiguous [rows, K] matrices with the same K")
+def scale_rows(x2d, weights, flag, *, table=None, target=TARGET_EXP):
+    """x2d [M, K] float32 and three weights [N_i, K] float32 (contiguous) -> (x16 [M, K],
+    x_inv [M], w16 [sum N_i, K], w_inv [sum N_i], flag, cos, sin): fp16 copies with exact
+    power-of-two row scales and the float32 reciprocals of those scales (x == x_inv[:, None] *
+    x16 up to fp16 rounding), the weights as row blocks of one operand. ``flag`` (one int32) is
+    cleared. ``table``: a ``rope_table.TableSpec`` whose cos/sin the same launch builds (cos,
+    sin are None without one)."""
+    k = x2d.shape[1]
+    for m in (x2d, *weights):
+        if m.dim() != 2 or m.shape[1] != k or m.dtype != torch.float32:
+            raise ValueError("scale_rows: float32 [rows, K] matrices with the same K")
+    if len(weights) != 3:
+        raise ValueError("scale_rows: three weights (q, k, v)")
     if k > MAX_COLS:
         raise ValueError(f"scale_rows: rows longer than {MAX_COLS}")
-    outs = [o if o is not None else
-            (torch.empty_like(m, dtype=torch.float16),
-             torch.empty(m.shape[0], device=m.device, dtype=torch.float32))
-            for m, o in zip(mats, outs or [None] * len(mats))]
-    for m, (y, inv) in zip(mats, outs):
-        if (y.shape != m.shape or y.dtype != torch.float16 or not y.is_contiguous()
-                or inv.shape != m.shape[:1] or inv.dtype != torch.float32):
-            raise ValueError("scale_rows: outs must match the matrices (fp16 copy, fp32 [rows])")
+    dev = x2d.device
+    ns = [w.shape[0] for w in weights]
+    m = x2d.shape[0]
+    x16 = torch.empty((m, k), device=dev, dtype=torch.float16)
+    x_inv = torch.empty((m,), device=dev, dtype=torch.float32)
+    w16 = torch.empty((sum(ns), k), device=dev, dtype=torch.float16)
+    w_inv = torch.empty((sum(ns),), device=dev, dtype=torch.float32)
     block_k = next_pow2(k)
-    rows = rows or max(1, 4096 // block_k)
-    if zero is not None and (zero.dtype != torch.int32 or zero.numel() != 1
-                             or zero.device != mats[0].device):
-        raise ValueError("scale_rows: zero must be a one-element int32 tensor on the device")
-    args = []
-    ends = []
-    for i in range(4):
-        j = min(i, len(mats) - 1)
-        n = mats[i].shape[0] if i < len(mats) else 0
-        args += [mats[j], outs[j][0], outs[j][1], n]
-        ends.append((ends[-1] if ends else 0) + cdiv(n, rows))
+    rows = max(1, 4096 // block_k)
+    ends = [cdiv(m, rows)]
+    for n in ns:
+        ends.append(ends[-1] + cdiv(n, rows))
+    outputs = ["X16", "XINV", "W16", "WINV", "FLAG"]
     if table is not None:
-        targs, tconsts, tprog = table.args, dict(table.consts, TABLE=True), table.programs
+        cos, sin = table.buffers()
+        targs = dict(inv_ptr=table.inv, pos_ptr=table.positions, cos_ptr=cos, sin_ptr=sin,
+                     **table.scalars(), TABLE=True, **table.consts)
+        programs = table.programs
+        outputs += ["cos_ptr", "sin_ptr"]
     else:
-        # no tables: placeholders for the four pointers and four integers TABLE=False never reads
-        targs, tconsts, tprog = (outs[0][1],) * 4 + (0, 1, 0, 0), {}, 0
-    grid = (ends[-1] + tprog,)
-    scale_rows_kernel[grid](*args, k, zero if zero is not None else outs[0][1], *ends, *targs,
-                            ROWS=rows, BLOCK_K=block_k, TARGET=int(target), ZERO=zero is not None,
-                            **tconsts, num_warps=num_warps or (8 if block_k >= 4096 else 4),
-                            **pdl.launch_options(mats[0].device))
-    return outs
+        # no tables: placeholders for the pointers and integers TABLE=False never reads
+        targs = dict(inv_ptr=x_inv, pos_ptr=x_inv, cos_ptr=x_inv, sin_ptr=x_inv, n_tok=0, S=1,
+                     pos_b=0, pos_s=0)
+        programs = 0
+    out = launch(scale_rows_kernel, (ends[-1] + programs,), outputs,
+                 num_warps=8 if block_k >= 4096 else 4, num_stages=1,
+                 X=x2d, X16=x16, XINV=x_inv, n_x=m, W0=weights[0], W1=weights[1], W2=weights[2],
+                 n0=ns[0], n1=ns[1], n2=ns[2], W16=w16, WINV=w_inv, K=k, FLAG=flag,
+                 e0=ends[0], e1=ends[1], e2=ends[2], e3=ends[3], **targs,
+                 ROWS=rows, BLOCK_K=block_k, TARGET=int(target))
+    return out if table is not None else out + (None, None)

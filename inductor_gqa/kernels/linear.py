@@ -9,8 +9,9 @@
 float32 follows the matmul precision in force: "tf32" (TF32 tensor cores), or "tf32x3" (three
 TF32 products per tile, hi*hi + hi*lo + lo*hi: float32-level error at tensor-core speed) under
 "highest". x [M, K] and W [N, K] are both K-contiguous, the layout Hopper's TF32 MMA wants for both
-operands. Grouped tile order keeps a band of x rows hot in L2 while W streams. Whether these beat
-the library GEMM is decided by measurement per shape bucket (``lower/linear.py``).
+operands. Grouped tile order keeps a band of x rows hot in L2 while W streams. They are planned
+where they beat the library GEMM (float32 under "highest", and the guarded float32 twins of the
+fp16-copies plan's GEMMs: ``plan/plans.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import pdl, tuning
-from .host import cdiv
+from .launch import cdiv, interpreting, launch as _launch
+
+GUARDED_PROGRAMS = 128
 
 
 @triton.jit
@@ -60,12 +62,12 @@ def _mainloop(X, W, offs_m, offs_n, m_ok, n_ok, K, sx_m, sw_n, PREC: tl.constexp
 @triton.jit
 def _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
           HAS_BIAS: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
-          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, UPCAST: tl.constexpr = False):
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_ok = offs_m < M
     n_ok = offs_n < N
-    acc = _mainloop(X, W, offs_m, offs_n, m_ok, n_ok, K, sx_m, sw_n, PREC, False, BLOCK_M,
+    acc = _mainloop(X, W, offs_m, offs_n, m_ok, n_ok, K, sx_m, sw_n, PREC, UPCAST, BLOCK_M,
                     BLOCK_N, BLOCK_K)
     if HAS_BIAS:
         acc += tl.load(BIAS + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
@@ -77,8 +79,7 @@ def _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
 def linear_kernel(X, W, BIAS, Y, FLAG, M, N, K, sx_m, sw_n, sy_m, sy_n,
                   HAS_BIAS: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                  GUARD: tl.constexpr, PDL: tl.constexpr = 0):
-    pdl.wait_for_predecessor(PDL)
+                  GUARD: tl.constexpr, UPCAST: tl.constexpr = False):
     if GUARD == 2:      # the float32 fallback of an fp16 GEMM: only once FLAG is raised
         if tl.load(FLAG) == 0:
             return
@@ -87,11 +88,11 @@ def linear_kernel(X, W, BIAS, Y, FLAG, M, N, K, sx_m, sw_n, sy_m, sy_n,
         for t in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
             pid_m, pid_n = _grouped(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
             _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
-                  HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
+                  HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
     else:
         pid_m, pid_n = _grouped(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
         _tile(X, W, BIAS, Y, M, N, K, sx_m, sw_n, sy_m, sy_n, pid_m, pid_n,
-              HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
+              HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
 
 
 @triton.jit
@@ -100,9 +101,7 @@ def qkv_kernel(X, M, K, sx_m,
                WK, BK, YK, NK, sk_m, sk_n,
                WV, BV, YV, NV, sv_m, sv_n,
                HAS_BIAS: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-               PDL: tl.constexpr = 0):
-    pdl.wait_for_predecessor(PDL)
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     # programs [0, tq) are Q tiles, then K tiles, then V tiles; each part in grouped order
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -122,40 +121,42 @@ def qkv_kernel(X, M, K, sx_m,
               HAS_BIAS, PREC, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
-def launch(x2d, w, bias, y2d, prec, block_m, block_n, block_k, group_m, num_warps, num_stages,
-           flag=None, guard=0):
-    """x2d [M, K], w [N, K] (K-contiguous rows), y2d [M, N] (any strides); ``guard=2``: every
-    program exits at once unless ``flag`` (int32) is nonzero."""
+def launch(x2d, w, bias, y2d, prec, cfg, flag=None, guard=0):
+    """y2d = x2d @ w^T (+ bias): x2d [M, K], w [N, K] (K-contiguous rows), y2d [M, N] (a whole
+    contiguous tensor, written in place); returns y2d's new value. ``guard=2``: every program
+    exits at once unless ``flag`` (int32) is nonzero (a few programs loop over the tiles)."""
     m, k = x2d.shape
     n = w.shape[0]
     if guard and flag is None:
         raise ValueError("linear launch: a guarded launch needs the flag")
-    grid = (cdiv(m, block_m) * cdiv(n, block_n),)
-    if guard == 2:
-        grid = (min(grid[0], tuning.GUARDED_PROGRAMS),)
-    linear_kernel[grid](
-        x2d, w, bias if bias is not None else w, y2d, flag if guard else w, m, n, k,
-        x2d.stride(0), w.stride(0), y2d.stride(0), y2d.stride(1),
-        HAS_BIAS=bias is not None, PREC=prec, BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_K=block_k, GROUP_M=group_m, GUARD=int(guard), num_warps=num_warps,
-        num_stages=num_stages, **pdl.launch_options(y2d.device))
+    grid = (GUARDED_PROGRAMS,) if guard == 2 else (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n),)
+    (y,) = _launch(
+        linear_kernel, grid, ("Y",), num_warps=cfg.warps, num_stages=cfg.stages,
+        X=x2d, W=w, BIAS=bias if bias is not None else w, Y=y2d, FLAG=flag if guard else w,
+        M=m, N=n, K=k, sx_m=x2d.stride(0), sw_n=w.stride(0), sy_m=y2d.stride(0),
+        sy_n=y2d.stride(1), HAS_BIAS=bias is not None, PREC=prec, BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, GUARD=int(guard),
+        UPCAST=interpreting() and x2d.dtype != y2d.dtype)
+    return y
 
 
-def launch_qkv(x2d, parts, prec, block_m, block_n, block_k, group_m, num_warps, num_stages):
-    """parts: three (w [N, K] contiguous, bias [N] or None, y2d: an [M, N]-shaped view, any
-    strides); all three biases present or none (the kernel has one HAS_BIAS switch)."""
+def launch_qkv(x2d, parts, prec, cfg):
+    """The three projections in one launch. parts: three (w [N, K] contiguous, bias [N] or
+    None, y: a fresh whole output, (stride m, stride n) of its [M, N] view: V may be written
+    transposed, y [N, M] with strides (1, M)); all three biases present or none. Returns the
+    three outputs' new values."""
     m, k = x2d.shape
-    args = []
+    args = {}
     tiles = 0
-    for w, bias, y in parts:
+    for tag, (w, bias, y, (s_m, s_n)) in zip("QKV", parts):
         n = w.shape[0]
-        assert w.shape[1] == k and w.stride(1) == 1 and w.stride(0) == k and y.shape == (m, n)
-        args += [w, bias if bias is not None else w, y, n, y.stride(0), y.stride(1)]
-        tiles += cdiv(m, block_m) * cdiv(n, block_n)
+        args.update({f"W{tag}": w, f"B{tag}": bias if bias is not None else w, f"Y{tag}": y,
+                     f"N{tag}": n, f"s{tag.lower()}_m": s_m, f"s{tag.lower()}_n": s_n})
+        tiles = tiles + cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n)
     has_bias = parts[0][1] is not None
-    assert all((p[1] is not None) == has_bias for p in parts)
-    qkv_kernel[(tiles,)](
-        x2d, m, k, x2d.stride(0), *args,
-        HAS_BIAS=has_bias, PREC=prec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-        GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages,
-        **pdl.launch_options(x2d.device))
+    if any((p[1] is not None) != has_bias for p in parts):
+        raise ValueError("launch_qkv: all three biases or none")
+    return _launch(
+        qkv_kernel, (tiles,), ("YQ", "YK", "YV"), num_warps=cfg.warps, num_stages=cfg.stages,
+        X=x2d, M=m, K=k, sx_m=x2d.stride(0), **args, HAS_BIAS=has_bias, PREC=prec,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)

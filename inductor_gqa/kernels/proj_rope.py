@@ -1,11 +1,9 @@
 """The Q/K/V projection on fp16 operand copies with the norm/RoPE epilogue in the same launch.
 
-The fp16-copies plans (``lower/fp16_plans.py``) compute q, k, v = x @ W^T on fp16 copies of x and
-of the three weights (exact power-of-two row scales, ``fp16_rows``), then a second launch
-(``qk_epilogue``) undoes the scales, applies the per-head norm and rotate-half RoPE and writes
-the fp16 copies the attention kernels read, with the range flag. Here the GEMM's float32
-accumulator goes through those steps in registers and only the copies are written: the products
-never reach memory, and one launch and its read of them go away.
+The fp16-copies plan (``plan/plans.py``) computes q, k, v = x @ W^T on fp16 copies of x and of
+the three weights (exact power-of-two row scales, ``fp16_rows``). Here the GEMM's float32
+accumulator is unscaled, normed and rotated in registers and only the fp16 copies the attention
+kernels read are written, with the range flag: the products never reach memory.
 
 The GEMM reads both operands through the copy engine (tensor descriptors, several stages deep),
 optionally as persistent programs that walk the output tiles. A tile of BN columns holds whole
@@ -15,7 +13,7 @@ epilogue splits each head's row into its two halves, rotates, and stores the til
 
 Numerics: each output is the float32 product times its token's and its feature's reciprocal
 scale (exact), then the norm (float32, as the other epilogue does for float32 products) and RoPE
-in the eager order, rounded once to fp16. The range rule is ``qk_epilogue._store16``'s per head
+in the eager order, rounded once to fp16. The range rule is ``qk_epilogue.bad_rows16``'s per head
 row (an overflow, a non-finite value, or a nonzero row whose largest value is below fp16's
 normal range raises the flag and the float32 fallback redoes the block).
 
@@ -30,8 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import pdl, tuning
-from .host import cdiv, sm_count
+from .launch import cdiv, interpreting, launch as _launch
 from .qk_epilogue import NORM_CODES, ROPE_CODES, bad_rows16, norm_rope_halves
 
 try:
@@ -44,15 +41,6 @@ try:
 except ImportError:     # pragma: no cover
     libdevice = None
 
-# (BM, BN, BK, warps, stages, persistent). H200, W075's Q/K/V shape as a plain fp16 GEMM
-# (perf/experiments/tma_gemm_bench.py): 64x64 one tile per program best up to ~1024 rows,
-# 128x128 / 128x256 persistent from ~2048, within 0-12% of cuBLAS. With the epilogue, 128x128
-# on 4 warps and 128x256 spill on sm_90 (255 registers); these do not. 128-deep K steps for a
-# few hundred rows, with the epilogue (perf/experiments/proj_rope_ws_bench.py --extra, H200):
-# 131 rows 7.8 -> 7.4 us, 256 rows 7.5 -> 7.0; 6-8 stages of 64 did not help
-CONFIGS = [(64, 64, 64, 4, 4, False), (64, 128, 64, 4, 4, False), (64, 128, 64, 4, 3, False),
-           (64, 64, 128, 4, 4, False), (64, 64, 128, 4, 3, False),
-           (128, 128, 64, 8, 4, True), (128, 128, 64, 8, 3, True), (128, 128, 64, 8, 4, False)]
 
 
 @triton.jit
@@ -167,9 +155,7 @@ def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_pt
                      D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                      NORM: tl.constexpr, ROPE: tl.constexpr, PERSISTENT: tl.constexpr,
                      NUM_SMS: tl.constexpr, ANGLES: tl.constexpr = False,
-                     UPCAST: tl.constexpr = False,
-                     PDL: tl.constexpr = 0):
-    pdl.wait_for_predecessor(PDL)
+                     UPCAST: tl.constexpr = False):
     num_m = tl.cdiv(M, BM)
     num_n = tl.cdiv(N, BN)
     if PERSISTENT:
@@ -198,80 +184,49 @@ def covers(head_dim, rope, rotary_dim) -> bool:
 def config_fits(cfg, parts, head_dim) -> bool:
     """A config's BN holds whole heads of one part: it is a multiple of the head size and
     divides each part's width."""
-    bn = cfg[1]
-    return bn % head_dim == 0 and all(n % bn == 0 for n in parts)
+    return cfg.block_n % head_dim == 0 and all(n % cfg.block_n == 0 for n in parts)
 
 
-def candidates(parts, head_dim):
-    """The configs the tuner may time for these part widths (none: the plan is not offered).
-    The interpreter runs one small config of one head per tile."""
-    if tuning.interpreting():
-        return [(32, head_dim, 32, 4, 1, False)]
-    return [c for c in CONFIGS if config_fits(c, parts, head_dim)]
-
-
-def checked_operands(x16, w16, out16, tok_inv, parts, seq, head_dim, rope, angles, cfg, where,
-                     fits):
-    """The fused projection's launch contract (this kernel's and ``proj_rope_ws``'s): fp16
-    x16 [M, K], w16 [Nq+Nk+Nv, K] and out16 [M, N], ``fits`` (the caller's scope and config
-    checks), rows 16-byte aligned with unit column stride (the copy engine), and ``angles`` =
-    (inv_freq [D/2] float32, position_ids [B, S] integer) for rotate-half RoPE over the head.
-    Returns the launch's angle arguments (positions, their two strides, inv_freq), stand-ins
-    without angles; raises ValueError naming ``where`` otherwise."""
-    m, k = x16.shape
-    n = w16.shape[0]
-    if (x16.dtype != torch.float16 or w16.dtype != torch.float16 or w16.shape[1] != k
-            or n != sum(parts) or out16.shape != (m, n) or out16.dtype != torch.float16
-            or not fits):
-        raise ValueError(f"{where}: operands or config {cfg} not covered")
-    for t in (x16, w16, out16):
-        if t.stride(-1) != 1 or (t.stride(0) * 2) % 16 or t.data_ptr() % 16:
-            raise ValueError(f"{where}: rows must be 16-byte aligned, unit column stride")
-    if angles is None:
-        return tok_inv, 0, 0, tok_inv
-    inv_freq, pos = angles
-    if (rope != "half" or inv_freq.dtype != torch.float32 or inv_freq.numel() * 2 != head_dim
-            or pos.dim() != 2 or pos.shape[0] * pos.shape[1] != m or pos.shape[1] != seq
-            or pos.dtype.is_floating_point):
-        raise ValueError(f"{where}: angles need rotate-half RoPE over the head, float32 "
-                         "inv_freq [D/2] and integer position_ids [B, S]")
-    return pos, pos.stride(0), pos.stride(1), inv_freq.reshape(-1).contiguous()
-
-
-def launch(x16, w16, tok_inv, feat_inv, out16, flag, parts, q_norm_weight, k_norm_weight,
-           cos, sin, seq, head_dim, norm, eps, eps_k, rope, cfg, angles=None):
-    """out16 [M, Nq + Nk + Nv] fp16 = the copies of q, k, v: x16 [M, K] @ w16 [N, K]^T (fp16,
-    row-major, rows 16-byte aligned) times tok_inv [M] and feat_inv [N], then per-head norm and
-    RoPE on the q and k columns (``parts`` = (Nq, Nk, Nv)); raises ``flag`` by the range rule.
-    cos/sin: [B, S, D]-broadcast views (None without RoPE).
-    ``angles`` = (inv_freq [D/2] float32, position_ids [B, S] integer): cos/sin of
-    rotate-half RoPE over tables cat((f, f)) are computed in the launch from them (``_cos_sin``)
-    instead of loaded (the tables stay the fallback's)."""
-    bm, bn, bk, nw, ns, persistent = cfg
+def launch(x16, w16, tok_inv, feat_inv, flag, parts, *, q_norm_weight, k_norm_weight, cos,
+           sin, seq, head_dim, norm, eps, eps_k, rope, cfg, num_sms, angles=None):
+    """(qkv16, flag): qkv16 [M, Nq + Nk + Nv] fp16 = the copies of q, k, v: x16 [M, K] @
+    w16 [N, K]^T (fp16, contiguous, 16-byte aligned rows: fresh buffers of ``fp16_rows``) times
+    tok_inv [M] and feat_inv [N], then per-head norm and RoPE on the q and k columns
+    (``parts`` = (Nq, Nk, Nv)); ``flag`` raised by the range rule. cos/sin: [B, S, D]-broadcast
+    views (None without RoPE). ``angles`` = (inv_freq [D/2] float32, position_ids [B, S]
+    integer): cos/sin of rotate-half RoPE over tables cat((f, f)) are computed in the launch
+    from them (``_cos_sin``) instead of loaded. ``cfg``: a ``ProjectionConfig``."""
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     m, k = x16.shape
     n = w16.shape[0]
     nq, nk, _ = parts
-    pos_args = checked_operands(
-        x16, w16, out16, tok_inv, parts, seq, head_dim, rope, angles, cfg, "proj_rope.launch",
-        config_fits(cfg, parts, head_dim)
-        and covers(head_dim, rope, head_dim if rope != "none" else 0))
-    a_desc = TensorDescriptor.from_tensor(x16, [bm, bk])
-    b_desc = TensorDescriptor.from_tensor(w16, [bn, bk])
-    o_desc = TensorDescriptor.from_tensor(out16, [bm, bn])
+    if not (config_fits(cfg, parts, head_dim) and covers(head_dim, rope, head_dim
+                                                        if rope != "none" else 0)):
+        raise ValueError(f"proj_rope.launch: config {cfg} does not cover this block")
+    out16 = torch.empty((m, n), device=x16.device, dtype=torch.float16)
+    if angles is not None:
+        inv_freq, pos = angles
+        pos_args = dict(pos_ptr=pos, pos_b=pos.stride(0), pos_s=pos.stride(1),
+                        inv_ptr=inv_freq)
+    else:
+        pos_args = dict(pos_ptr=tok_inv, pos_b=0, pos_s=0, inv_ptr=tok_inv)
     if rope != "none":
         cs = (cos.stride(0), cos.stride(1), cos.stride(2))
     else:
         cos = sin = tok_inv
         cs = (0, 0, 0)
-    qw = q_norm_weight if norm != "none" else tok_inv
-    kw = k_norm_weight if norm != "none" else tok_inv
     tiles = cdiv(m, bm) * cdiv(n, bn)
-    sms = sm_count(x16.device) if x16.is_cuda else 4
-    grid = (min(tiles, sms),) if persistent else (tiles,)
-    proj_rope_kernel[grid](
-        a_desc, b_desc, o_desc, m, n, k, tok_inv, feat_inv, qw, kw, float(eps),
-        float(eps if eps_k is None else eps_k), cos, sin, *cs, seq, flag, nq, nk, *pos_args,
-        D=head_dim, BM=bm, BN=bn, BK=bk, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
-        PERSISTENT=bool(persistent), NUM_SMS=sms, ANGLES=angles is not None,
-        UPCAST=tuning.interpreting(), num_warps=nw, num_stages=ns,
-        **pdl.launch_options(x16.device))
+    if cfg.persistent and not isinstance(tiles, int):
+        raise ValueError("proj_rope.launch: persistent programs need a static row count")
+    grid = (min(tiles, num_sms),) if cfg.persistent else (tiles,)
+    return _launch(
+        proj_rope_kernel, grid, ("out_desc", "flag_ptr"), num_warps=cfg.warps,
+        num_stages=cfg.stages, tma={"a_desc": [bm, bk], "b_desc": [bn, bk],
+                                    "out_desc": [bm, bn]},
+        a_desc=x16, b_desc=w16, out_desc=out16, M=m, N=n, K=k, tok_inv_ptr=tok_inv,
+        feat_inv_ptr=feat_inv, qw_ptr=q_norm_weight if norm != "none" else tok_inv,
+        kw_ptr=k_norm_weight if norm != "none" else tok_inv, eps=float(eps), eps_k=float(eps_k),
+        cos_ptr=cos, sin_ptr=sin, cs_b=cs[0], cs_s=cs[1], cs_d=cs[2], S=seq, flag_ptr=flag,
+        NQ=nq, NK=nk, **pos_args, D=head_dim, BM=bm, BN=bn, BK=bk, NORM=NORM_CODES[norm],
+        ROPE=ROPE_CODES[rope], PERSISTENT=bool(cfg.persistent), NUM_SMS=int(num_sms),
+        ANGLES=angles is not None, UPCAST=interpreting())

@@ -14,8 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import pdl
-from .host import cdiv, next_pow2
+from .launch import cdiv, launch, next_pow2
 
 try:  # accurate cos/sin for angles of thousands of radians (tl.cos may be an approximation)
     from triton.language.extra import libdevice
@@ -26,9 +25,7 @@ except Exception:  # pragma: no cover
 @triton.jit
 def rope_table_kernel(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s,
                       R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
-                      INTERLEAVED: tl.constexpr, LIBDEVICE: tl.constexpr,
-                      PDL: tl.constexpr = 0):
-    pdl.wait_for_predecessor(PDL)
+                      INTERLEAVED: tl.constexpr, LIBDEVICE: tl.constexpr):
     table_rows(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s, tl.program_id(0),
                R, BLOCK_H, BLOCK_T, INTERLEAVED, LIBDEVICE)
 
@@ -72,40 +69,46 @@ def table_rows(inv_ptr, pos_ptr, cos_ptr, sin_ptr, n_tok, S, pos_b, pos_s, pid,
     tl.store(sin_ptr + row + col1[None, :], s, mask=m)
 
 
-class TableJob:
-    """The tables' buffers and launch arguments, validated: ``launch()`` runs them alone, or
-    another kernel hosts ``programs`` more programs that call ``table_rows`` with ``args`` and
-    ``consts`` (fp16_rows.scale_rows)."""
+class TableSpec:
+    """The tables' inputs, buffers and launch constants: ``launch()`` builds them alone, or
+    another kernel hosts ``programs`` more programs that call ``table_rows`` (fp16_rows)."""
 
     def __init__(self, inv_freq, position_ids, rotary_dim, interleaved, dtype, interpret=False):
         _check(inv_freq, position_ids, rotary_dim)
-        b, s = position_ids.shape
-        self.inv = inv_freq.reshape(-1).contiguous()
+        self.inv = inv_freq.reshape(-1)
         self.positions = position_ids
-        self.cos = torch.empty((b, s, rotary_dim), device=self.inv.device, dtype=dtype)
-        self.sin = torch.empty_like(self.cos)
-        n_tok = b * s
+        self.rotary_dim = rotary_dim
+        self.dtype = dtype
+        b, s = position_ids.shape
+        self.n_tok = b * s
         block_h = next_pow2(rotary_dim // 2)
         block_t = max(1, 256 // block_h)    # small programs: short sequences still fill the GPU
-        self.programs = cdiv(n_tok, block_t)
-        self.args = (self.inv, position_ids, self.cos, self.sin, n_tok, s,
-                     position_ids.stride(0), position_ids.stride(1))
+        self.programs = cdiv(self.n_tok, block_t)
         self.consts = dict(R=rotary_dim, BLOCK_H=block_h, BLOCK_T=block_t,
                            INTERLEAVED=bool(interleaved),
                            LIBDEVICE=(not interpret) and libdevice is not None)
 
+    def buffers(self):
+        b, s = self.positions.shape
+        cos = torch.empty((b, s, self.rotary_dim), device=self.inv.device, dtype=self.dtype)
+        return cos, torch.empty_like(cos)
+
+    def scalars(self) -> dict:
+        return dict(n_tok=self.n_tok, S=self.positions.shape[1],
+                    pos_b=self.positions.stride(0), pos_s=self.positions.stride(1))
+
     def launch(self):
-        if self.programs:
-            rope_table_kernel[(self.programs,)](*self.args, **self.consts, num_warps=4,
-                                                **pdl.launch_options(self.inv.device))
-        return self.cos, self.sin
+        cos, sin = self.buffers()
+        return launch(rope_table_kernel, (self.programs,), ("cos_ptr", "sin_ptr"), num_warps=4,
+                      num_stages=1, inv_ptr=self.inv, pos_ptr=self.positions, cos_ptr=cos,
+                      sin_ptr=sin, **self.scalars(), **self.consts)
 
 
 def rope_tables(inv_freq: torch.Tensor, position_ids: torch.Tensor, rotary_dim: int,
                 interleaved: bool, dtype: torch.dtype, interpret: bool = False):
     """cos, sin [B, S, rotary_dim] in ``dtype`` for float32 ``inv_freq`` [rotary_dim / 2] and
     integer ``position_ids`` [B, S] (any strides, broadcast views included)."""
-    return TableJob(inv_freq, position_ids, rotary_dim, interleaved, dtype, interpret).launch()
+    return TableSpec(inv_freq, position_ids, rotary_dim, interleaved, dtype, interpret).launch()
 
 
 def _check(inv_freq, position_ids, rotary_dim):

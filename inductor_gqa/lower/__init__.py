@@ -1,8 +1,6 @@
-"""Lowering of ``inductor_gqa::attention_block`` to fused kernels (registered on import)."""
+"""Lower it: a fused op node becomes its kernel plan's graph while Inductor compiles."""
 
-from ..op import register_kernels
-from .block import run_block
+from .emit import emit
+from .splice import expand, input_values, is_fused_op
 
-register_kernels(run_block)
-
-__all__ = ["run_block"]
+__all__ = ["emit", "expand", "input_values", "is_fused_op"]

@@ -1,3 +1,3 @@
-from .attention_block import OP_NAME, attention_block, call_attention_block, register_kernels
+from .attention_block import OP_NAME, TENSOR_ARGS, attention_block, call_attention_block
 
-__all__ = ["OP_NAME", "attention_block", "call_attention_block", "register_kernels"]
+__all__ = ["OP_NAME", "TENSOR_ARGS", "attention_block", "call_attention_block"]

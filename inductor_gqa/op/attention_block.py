@@ -9,13 +9,14 @@ tensors under ``dynamic=True``) comes in as ``runtime_scale`` / ``runtime_eps`` 
 ``runtime_k_eps`` when k's norm has its own, else k uses ``runtime_eps``); the float
 ``scale`` / ``eps`` are then unused (the matcher sets them to 0.0).
 
-Dispatch: a registered kernel backend (``register_kernels``) gets the first chance to run the block;
-it returns None for anything it does not cover and the PyTorch reference runs instead.
+The op's own implementation is the PyTorch reference: on the CPU the pass leaves the op in the
+graph and the reference runs; on a GPU the pass lowers each op node to its kernel plan while
+Inductor compiles (``lower/``), so no Python of this package runs per call.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
@@ -24,18 +25,10 @@ from .reference import attention_block_reference
 
 OP_NAME = "inductor_gqa::attention_block"
 
-_TENSOR_ARGS = ("x", "wq", "wk", "wv", "bq", "bk", "bv", "q_norm_weight", "k_norm_weight", "cos",
+TENSOR_ARGS = ("x", "wq", "wk", "wv", "bq", "bk", "bv", "q_norm_weight", "k_norm_weight", "cos",
                 "sin", "inv_freq", "position_ids", "attn_mask", "wo", "bo", "runtime_scale",
                 "runtime_eps", "runtime_k_eps")
-
-# A kernel backend: fn(tensors: dict, spec) -> (out, probs) or None (= not covered, use reference).
-_kernel_backends: list[Callable] = []
-
-
-def register_kernels(fn: Callable) -> Callable:
-    """Give ``fn`` the first chance to run the block (the last registered goes first)."""
-    _kernel_backends.insert(0, fn)
-    return fn
+_TENSOR_ARGS = TENSOR_ARGS
 
 
 def _no_probs(x: torch.Tensor) -> torch.Tensor:
@@ -60,13 +53,9 @@ def attention_block(
                      eps=eps, rope=rope, rotary_dim=rotary_dim, core=core, scale=scale,
                      scale_op=scale_op, causal=causal, mask=mask, mask_fill=mask_fill,
                      return_probs=return_probs)
-    tensors = dict(zip(_TENSOR_ARGS, (x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos,
-                                      sin, inv_freq, position_ids, attn_mask, wo, bo,
-                                      runtime_scale, runtime_eps, runtime_k_eps)))
-    for backend in _kernel_backends:
-        result = backend(tensors, spec)
-        if result is not None:
-            return result
+    tensors = dict(zip(TENSOR_ARGS, (x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos,
+                                     sin, inv_freq, position_ids, attn_mask, wo, bo,
+                                     runtime_scale, runtime_eps, runtime_k_eps)))
     with torch.no_grad():
         out, probs = attention_block_reference(**tensors, spec=spec)
     return out.contiguous(), (probs.contiguous() if return_probs else _no_probs(x))

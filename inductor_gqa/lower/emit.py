@@ -1,0 +1,253 @@
+"""A plan as code: the block written with ATen ops and kernel launches (``kernels.launch``).
+
+``emit(plan, spec, tensors)`` is ordinary eager code: run on CPU tensors under the Triton
+interpreter it computes the block (the tests do that), and traced with fake tensors while
+Inductor compiles (``splice.py``) it becomes the graph that replaces the fused op: GEMMs that
+Inductor lowers to the library, our Triton kernels as user-defined kernel calls, and the small
+glue (views, empty buffers) that costs nothing at run time. Every buffer a kernel writes is made
+here, whole; kernels read views.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..kernels import flash, fp16_rows, linear, proj_rope, qk_epilogue
+from ..kernels.launch import interpreting
+from ..kernels.rope_table import TableSpec
+from ..plan import configs
+from ..plan.plans import AttentionPlan, Fp16CopiesPlan, NativePlan, Plan
+from ..plan.spec import BlockSpec
+
+
+def emit(plan: Plan, spec: BlockSpec, t: dict):
+    """(out [B, S, width], probs [B, H, S, S] or an empty tensor) for the op's tensors ``t``."""
+    if isinstance(plan, Fp16CopiesPlan):
+        return _fp16_copies(plan, spec, t)
+    if isinstance(plan, NativePlan):
+        return _native(plan, spec, t)
+    raise TypeError(f"no emitter for {type(plan).__name__}")
+
+
+# ------------------------------------------------------------------------------------ pieces
+def _tables(spec: BlockSpec, t: dict, b, s):
+    """(cos, sin) as [B, S, R] views, or (None, None) without RoPE; tables the block computes
+    from inv_freq and position_ids are built by one launch."""
+    if spec.rope == "none":
+        return None, None
+    r = spec.rotary_dim
+    if t["cos"] is not None:
+        return (torch.broadcast_to(_bsd(t["cos"]), (b, s, r)),
+                torch.broadcast_to(_bsd(t["sin"]), (b, s, r)))
+    return _table_spec(spec, t, b, s).launch()
+
+
+def _table_spec(spec, t, b, s) -> TableSpec:
+    return TableSpec(t["inv_freq"], torch.broadcast_to(t["position_ids"], (b, s)),
+                     spec.rotary_dim, spec.rope == "interleaved", t["x"].dtype,
+                     interpret=interpreting())
+
+
+def _bsd(c: torch.Tensor) -> torch.Tensor:
+    return c if c.dim() == 3 else c.reshape(-1, c.shape[-2], c.shape[-1])
+
+
+def _mask(spec: BlockSpec, t: dict, b, s):
+    m = t["attn_mask"]
+    if spec.mask == "none":
+        return None
+    if m.dtype == torch.bool:
+        m = m.view(torch.uint8)
+    return torch.broadcast_to(m, (b, spec.num_heads, s, s))
+
+
+def _rows_view(x2d: torch.Tensor, s, d):
+    """[B*S, heads*D]-shaped rows (any row stride, unit column stride) as flash.py's
+    (tensor, (stride b, h, s))."""
+    ld = x2d.stride(0)
+    return x2d, (s * ld, d, ld)
+
+
+def _attention(ap: AttentionPlan, spec: BlockSpec, q, k, v, o, *, b, s, prec, probs=None,
+               mask=None, flag=None, guard=0, v_kmajor=False):
+    """The attention launches of ``ap``; returns (o, probs, flag) (probs/flag None when not
+    written)."""
+    h, d = spec.num_heads, spec.head_dim
+    common = dict(batch=b, seq=s, num_heads=h, groups=spec.groups, head_dim=d,
+                  scale=spec.effective_scale(), causal=spec.causal, prec=prec,
+                  mask=mask, mask_kind=flash.MASK_CODES[spec.mask], mask_fill=spec.mask_fill,
+                  flag=flag, guard=guard, v_kmajor=v_kmajor,
+                  upcast=interpreting() and q[0].dtype != torch.float32,
+                  empty_zero=spec.core == "sdpa")
+    writes_flag = guard == 1 and o.dtype == torch.float16
+    if ap.kind == "online":
+        res = flash.launch(q, k, v, o, mode=0, cfg=ap.main, **common)
+        return res[0], None, (res[1] if writes_flag else flag)
+    if ap.kind == "single":
+        res = flash.launch(q, k, v, o, mode=3, cfg=ap.main, probs=probs, **common)
+        return res[0], res[1], (res[2] if writes_flag else flag)
+    ml = torch.empty((b * h * s * 2,), device=o.device, dtype=torch.float32)
+    (ml,) = flash.launch(q, k, v, None, mode=1, cfg=ap.stats, ml=ml, **common)
+    res = flash.launch(q, k, v, o, mode=2, cfg=ap.main, probs=probs, ml=ml, **common)
+    return res[0], res[1], (res[2] if writes_flag else flag)
+
+
+def _no_probs(x):
+    return x.new_empty((0,))
+
+
+# ------------------------------------------------------------------------------- native plan
+def _native(plan: NativePlan, spec: BlockSpec, t: dict):
+    x = t["x"]
+    b, s, e = x.shape
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    m = b * s
+    nq, nk = h * d, hk * d
+    x2d = x.reshape(m, e)
+    # 1. projections: q, k [M, N] row-major; float32 V as V^T [Nv, M] (K-major for TF32 P @ V)
+    if plan.triton_gemms:
+        x2d = x2d.contiguous()
+        q = torch.empty((m, nq), device=x.device, dtype=x.dtype)
+        k = torch.empty((m, nk), device=x.device, dtype=x.dtype)
+        if plan.v_kmajor:
+            v = torch.empty((nk, m), device=x.device, dtype=x.dtype)
+            v_strides = (1, m)
+        else:
+            v = torch.empty((m, nk), device=x.device, dtype=x.dtype)
+            v_strides = (nk, 1)
+        q, k, v = linear.launch_qkv(
+            x2d, [(t["wq"].contiguous(), t["bq"], q, (nq, 1)),
+                  (t["wk"].contiguous(), t["bk"], k, (nk, 1)),
+                  (t["wv"].contiguous(), t["bv"], v, v_strides)], plan.prec, plan.qkv_gemm)
+    else:
+        q = F.linear(x2d, t["wq"], t["bq"]).contiguous()
+        k = F.linear(x2d, t["wk"], t["bk"]).contiguous()
+        if plan.v_kmajor:
+            v = torch.mm(t["wv"], x2d.t())
+            if t["bv"] is not None:
+                v = v + t["bv"][:, None]
+            v = v.contiguous()
+        else:
+            v = F.linear(x2d, t["wv"], t["bv"]).contiguous()
+    # 2. norm and RoPE on q and k, in place
+    if spec.norm != "none" or spec.rope != "none":
+        cos, sin = _tables(spec, t, b, s)
+        q, k = qk_epilogue.norm_rope(
+            q, k, q_norm_weight=t["q_norm_weight"], k_norm_weight=t["k_norm_weight"], cos=cos,
+            sin=sin, seq=s, num_heads=h, num_kv_heads=hk, head_dim=d, norm=spec.norm,
+            eps=spec.eps, eps_k=spec.eps, rope=spec.rope, rotary_dim=spec.rotary_dim)
+    # 3. attention -> o [B, S, H*D]
+    if plan.v_kmajor:
+        vv = (v, (s, d * m, 1, m))
+    else:
+        vv = (v, (s * v.stride(0), d, v.stride(0), 1))
+    o = torch.empty((b, s, nq), device=x.device, dtype=x.dtype)
+    probs = (torch.empty((b, h, s, s), device=x.device, dtype=x.dtype)
+             if spec.return_probs else None)
+    o, probs, _ = _attention(plan.attention, spec, _rows_view(q, s, d), _rows_view(k, s, d), vv,
+                             o, b=b, s=s, prec=plan.prec, probs=probs, mask=_mask(spec, t, b, s),
+                             v_kmajor=plan.v_kmajor)
+    # 4. o_proj
+    out = _o_proj_native(plan, t, o, m)
+    return out, (probs if probs is not None else _no_probs(x))
+
+
+def _o_proj_native(plan: NativePlan, t, o, m):
+    wo, bo = t["wo"], t["bo"]
+    if wo is None:
+        return o
+    b, s, hd = o.shape
+    if plan.triton_gemms:
+        y = torch.empty((m, wo.shape[0]), device=o.device, dtype=o.dtype)
+        y = linear.launch(o.view(m, hd), wo.contiguous(), bo, y, plan.prec, plan.o_gemm)
+        return y.view(b, s, -1)
+    return F.linear(o, wo, bo)
+
+
+# -------------------------------------------------------------------------- fp16 copies plan
+def _mm16(a, b):
+    """fp16 operands, float32 result with float32 accumulation (exact products)."""
+    if a.is_cuda:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return a.float() @ b.float()        # the interpreter tests: the same products, on the CPU
+
+
+def _fp16_copies(plan: Fp16CopiesPlan, spec: BlockSpec, t: dict):
+    x = t["x"]
+    b, s, e = x.shape
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    m = b * s
+    parts = (h * d, hk * d, hk * d)
+    cuts = ((0, parts[0]), (parts[0], parts[0] + parts[1]), (parts[0] + parts[1], sum(parts)))
+    dev = x.device
+    # 1. fp16 operand copies with exact power-of-two row scales (x and the three weights as one
+    #    operand), the range flag cleared, and the RoPE tables when the block computes them
+    table = _table_spec(spec, t, b, s) if spec.rope != "none" and t["cos"] is None else None
+    flag = torch.empty((1,), device=dev, dtype=torch.int32)
+    x16, x_inv, w16, w_inv, flag, cos, sin = fp16_rows.scale_rows(
+        x.reshape(m, e).contiguous(), [t["wq"].contiguous(), t["wk"].contiguous(),
+                                       t["wv"].contiguous()], flag, table=table)
+    if table is None:
+        cos, sin = _tables(spec, t, b, s)
+    angles = (table.inv, table.positions) if plan.fused_angles and table is not None else None
+    # 2. the Q/K/V GEMM with the norm/RoPE epilogue: fp16 copies of q, k, v as column slices of
+    #    one [M, Nq + Nk + Nv] buffer
+    epilogue = dict(q_norm_weight=t["q_norm_weight"], k_norm_weight=t["k_norm_weight"],
+                    cos=cos, sin=sin, seq=s, head_dim=d, norm=spec.norm, eps=spec.eps,
+                    eps_k=spec.eps, rope=spec.rope)
+    qkv16, flag = proj_rope.launch(x16, w16, x_inv, w_inv, flag, parts, cfg=plan.projection,
+                                   num_sms=plan.num_sms, angles=angles, **epilogue)
+    wo = t["wo"]
+    if plan.o16:
+        wo = wo.contiguous()
+        wo16, flag = qk_epilogue.wo16(wo, flag, d)
+    q16, k16, v16 = (qkv16[:, a:z] for a, z in cuts)
+    # 3. attention on the copies (skipped by the kernels once the flag is raised)
+    mask = _mask(spec, t, b, s)
+    o = torch.empty((b, s, h * d), device=dev, dtype=torch.float16 if plan.o16 else x.dtype)
+    probs = torch.empty((b, h, s, s), device=dev, dtype=x.dtype) if spec.return_probs else None
+    o, probs, flag = _attention(plan.attention, spec, _rows_view(q16, s, d),
+                                _rows_view(k16, s, d), (v16, (s * v16.stride(0), d,
+                                                              v16.stride(0), 1)),
+                                o, b=b, s=s, prec="tf32", probs=probs, mask=mask, flag=flag,
+                                guard=1)
+    # 4. the float32 fallback, guarded by the flag: exact products of the fp16 operand copies
+    #    (a guarded GEMM), their scales undone with norm and RoPE, attention on float32
+    qkv32 = torch.empty((m, sum(parts)), device=dev, dtype=torch.float32)
+    qkv32 = linear.launch(x16, w16, None, qkv32, "tf32", configs.fallback_gemm(), flag=flag,
+                          guard=2)
+    qkv32 = qk_epilogue.fallback_norm_rope(
+        qkv32, flag=flag, tok_inv=x_inv, feat_inv=w_inv, parts=parts, num_heads=h,
+        num_kv_heads=hk, rotary_dim=spec.rotary_dim, **epilogue)
+    q32, k32, v32 = (qkv32[:, a:z] for a, z in cuts)
+    o32 = torch.empty((b, s, h * d), device=dev, dtype=x.dtype) if plan.o16 else o
+    fallback = AttentionPlan("fallback", configs.fallback_attention())
+    o32, probs = _fallback_attention(fallback, spec, q32, k32, v32, o32, probs, mask, flag, b, s)
+    # 5. o_proj: fp16 GEMM with float32 output, and its guarded float32 twin
+    if wo is None:
+        return o32, (probs if probs is not None else _no_probs(x))
+    if not plan.o16:
+        return F.linear(o32, wo, t["bo"]), (probs if probs is not None else _no_probs(x))
+    out = _mm16(o.view(m, h * d), wo16.t())
+    out = linear.launch(o32.view(m, h * d), wo, None, out, "tf32x3", configs.fallback_gemm(),
+                        flag=flag, guard=2)
+    return out.view(b, s, -1), (probs if probs is not None else _no_probs(x))
+
+
+def _fallback_attention(ap, spec, q32, k32, v32, o32, probs, mask, flag, b, s):
+    """The guarded float32 attention: one launch (MODE 4, the pair row tile by row tile, or
+    MODE 0) of looping programs that exit at once unless the flag is raised."""
+    d = spec.head_dim
+    common = dict(batch=b, seq=s, num_heads=spec.num_heads, groups=spec.groups, head_dim=d,
+                  scale=spec.effective_scale(), causal=spec.causal, prec="tf32", mask=mask,
+                  mask_kind=flash.MASK_CODES[spec.mask], mask_fill=spec.mask_fill, flag=flag,
+                  guard=2, empty_zero=spec.core == "sdpa", cfg=ap.main)
+    qv, kv = _rows_view(q32, s, d), _rows_view(k32, s, d)
+    vv = (v32, (s * v32.stride(0), d, v32.stride(0), 1))
+    if not spec.return_probs:
+        (o32,) = flash.launch(qv, kv, vv, o32, mode=0, **common)
+        return o32, None
+    ml = torch.empty((b * spec.num_heads * s * 2,), device=o32.device, dtype=torch.float32)
+    o32, probs, _ = flash.launch(qv, kv, vv, o32, mode=4, probs=probs, ml=ml, **common)
+    return o32, probs

@@ -1,0 +1,234 @@
+"""The block's kernel plans: what runs, with which configs, decided once while Inductor compiles.
+
+Two plans cover every block the GPU path takes:
+
+* ``NativePlan``: projections as GEMMs in the activation dtype (the library's, or Triton 3xTF32
+  for float32 under "highest"), RoPE tables from the positions when the block computes them, the
+  norm/RoPE epilogue on q and k, flash attention (one pass, or the probabilities pair, or one
+  launch when a row fits one key tile), o_proj.
+* ``Fp16CopiesPlan``: float32 blocks where TF32 is allowed, on fp16 copies of the operands
+  (fp16 has TF32's 10-bit significand, rounds to nearest and runs at twice the rate): operand
+  copies with exact power-of-two row scales, the Q/K/V GEMM with the norm/RoPE epilogue in one
+  launch, attention and o_proj on fp16 copies, each copy range-checked into one flag, and the
+  float32 fallback launches guarded by it (they exit at once unless a value left fp16's range).
+
+``choose(spec, problem, options)`` returns the plan, or raises ``Unsupported`` with the reason,
+in which case the pass leaves the block to stock Inductor. A plan lists what it supports; a
+BlockSpec field it does not know is unsupported by default (``_KNOWN_FIELDS``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Union
+
+import torch
+
+from ..kernels import proj_rope
+from ..kernels.flash import MASK_CODES
+from ..kernels.launch import interpreting, static_int
+from . import configs as cfgs
+from .configs import AttentionConfig, GemmConfig, ProjectionConfig
+from .spec import BlockSpec
+
+
+class Unsupported(Exception):
+    """No kernel plan covers the block: ``reason`` says why."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+# BlockSpec fields whose every value the plans below implement; a field added to BlockSpec
+# later (with a value other than its default) is unsupported until a plan learns it
+_KNOWN_FIELDS = {"num_heads", "num_kv_heads", "head_dim", "norm", "eps", "rope", "rotary_dim",
+                 "core", "scale", "scale_op", "causal", "mask", "mask_fill", "return_probs"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """The static facts of one block's call site, from the traced (fake) inputs."""
+    dtype: torch.dtype
+    device: torch.device
+    gpu: Optional[str]              # device name, None on the CPU (interpreter)
+    capability: tuple
+    precision: str                  # torch.get_float32_matmul_precision() at compile time
+    batch: object                   # int or SymInt
+    seq: object
+    embed: int
+    qkv_bias: bool
+    o_proj: bool
+    o_bias: bool
+    rope_source: str                # "none", "tables" (cos/sin inputs), "positions"
+    runtime_floats: bool
+    tables_dtype: Optional[torch.dtype]
+    mask_rank_ok: bool
+
+    @property
+    def seq_static(self) -> Optional[int]:
+        return static_int(self.seq)
+
+    @property
+    def seq_hint(self) -> int:
+        return _hint(self.seq)
+
+    @property
+    def rows_hint(self) -> int:
+        return _hint(self.batch) * _hint(self.seq)
+
+    @property
+    def rows_static(self) -> Optional[int]:
+        b, s = static_int(self.batch), static_int(self.seq)
+        return b * s if b is not None and s is not None else None
+
+    @staticmethod
+    def of(spec: BlockSpec, t: dict) -> "Problem":
+        """From the op's tensor arguments (fake tensors or real ones) by name."""
+        x = t["x"]
+        b, s, e = x.shape
+        dev = x.device
+        gpu, cap = None, (0, 0)
+        if dev.type == "cuda":
+            gpu = torch.cuda.get_device_name(dev)
+            cap = torch.cuda.get_device_capability(dev)
+        if spec.rope == "none":
+            source = "none"
+        elif t.get("cos") is not None:
+            source = "tables"
+        else:
+            source = "positions"
+        mask = t.get("attn_mask")
+        return Problem(
+            dtype=x.dtype, device=dev, gpu=gpu, capability=cap,
+            precision=torch.get_float32_matmul_precision(), batch=b, seq=s,
+            embed=static_int(e) or 0,
+            qkv_bias=any(t.get(n) is not None for n in ("bq", "bk", "bv")),
+            o_proj=t.get("wo") is not None, o_bias=t.get("bo") is not None,
+            rope_source=source,
+            runtime_floats=any(t.get(n) is not None
+                               for n in ("runtime_scale", "runtime_eps", "runtime_k_eps")),
+            tables_dtype=t["cos"].dtype if source == "tables" else None,
+            mask_rank_ok=mask is None or mask.dim() <= 4)
+
+
+def _hint(v) -> int:
+    if isinstance(v, torch.SymInt):
+        return int(v.node.hint) if v.node.hint is not None else 1024
+    return int(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionPlan:
+    """How the attention core runs: "online" (MODE 0, no probabilities), "pair" (MODE 1 stats +
+    MODE 2 probabilities) or "single" (MODE 3: a row in one key tile, S <= 256)."""
+    kind: str
+    main: AttentionConfig
+    stats: Optional[AttentionConfig] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class NativePlan:
+    prec: str                       # the dots' precision: "ieee" (16-bit), "tf32" or "tf32x3"
+    triton_gemms: bool              # 3xTF32 Triton GEMMs (float32 "highest") vs the library's
+    qkv_gemm: Optional[GemmConfig]
+    o_gemm: Optional[GemmConfig]
+    v_kmajor: bool                  # float32 V as V^T (the K-major operand of TF32 P @ V)
+    attention: AttentionPlan
+
+    name = "native"
+
+
+@dataclasses.dataclass(frozen=True)
+class Fp16CopiesPlan:
+    projection: ProjectionConfig
+    fused_angles: bool              # cos/sin computed in the projection launch from positions
+    o16: bool                       # o_proj on fp16 copies (no o_proj bias)
+    attention: AttentionPlan
+    num_sms: int
+
+    name = "fp16_copies"
+
+
+Plan = Union[NativePlan, Fp16CopiesPlan]
+
+
+def _check_common(spec: BlockSpec, p: Problem, options) -> None:
+    for f in dataclasses.fields(spec):
+        if f.name not in _KNOWN_FIELDS and getattr(spec, f.name) != f.default:
+            raise Unsupported(f"no kernel for {f.name}={getattr(spec, f.name)!r} yet")
+    if p.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise Unsupported(f"dtype {p.dtype}")
+    if not 16 <= spec.head_dim <= 256:
+        raise Unsupported(f"head_dim {spec.head_dim} (kernels cover 16-256)")
+    if p.runtime_floats:
+        raise Unsupported("a runtime float (scale or eps that dynamic=True keeps as a value)")
+    if p.tables_dtype is not None and p.tables_dtype != p.dtype:
+        raise Unsupported(f"cos/sin in {p.tables_dtype}, activations in {p.dtype}")
+    if not p.mask_rank_ok:
+        raise Unsupported("a mask of more than 4 dims")
+    if p.device.type == "cpu" and not interpreting():
+        raise Unsupported("CPU tensors (the kernels run on CPU only in Triton's interpreter)")
+
+
+def _attention_plan(spec: BlockSpec, p: Problem, operands: str) -> AttentionPlan:
+    rows = p.rows_hint * spec.num_heads
+    mk = MASK_CODES[spec.mask]
+    common = dict(gpu=p.gpu, operands=operands, head_dim=spec.head_dim, groups=spec.groups,
+                  seq_static=p.seq_static, seq_hint=p.seq_hint, rows=rows, causal=spec.causal,
+                  mask_kind=mk)
+    if not spec.return_probs:
+        return AttentionPlan("online", cfgs.choose_attention(kind="online", mode=0, **common))
+    s = p.seq_static
+    # one launch for the probabilities where a row fits one key tile: measured faster than the
+    # pair up to S = 256 on the H200 (131x1: 8.2 vs 10.3 us; the pair wins at 256x8)
+    if s is not None and s <= 256 and not (operands != "f16" and s > 128):
+        return AttentionPlan("single", cfgs.choose_attention(kind="single", mode=3, **common))
+    return AttentionPlan("pair", cfgs.choose_attention(kind="pair", mode=2, **common),
+                         cfgs.choose_attention(kind="pair", mode=1, **common))
+
+
+def _fp16_copies(spec: BlockSpec, p: Problem, options) -> Optional[Fp16CopiesPlan]:
+    """The fp16-copies plan where it applies, else None."""
+    if not (options.fp16_operands and p.dtype == torch.float32 and p.precision != "highest"):
+        return None
+    if p.qkv_bias or not proj_rope.covers(spec.head_dim, spec.rope, spec.rotary_dim):
+        return None
+    if p.device.type == "cuda" and p.capability < (9, 0):
+        return None     # the projection reads its operands through the Hopper copy engine
+    if p.embed == 0 or p.embed > 16384:
+        return None
+    parts = (spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim,
+             spec.num_kv_heads * spec.head_dim)
+    proj = cfgs.choose_projection(p.gpu, p.rows_hint, parts, spec.head_dim, p.rows_static)
+    if proj is None:
+        return None
+    sms = (torch.cuda.get_device_properties(p.device).multi_processor_count
+           if p.device.type == "cuda" else 4)
+    return Fp16CopiesPlan(
+        projection=proj,
+        fused_angles=(p.rope_source == "positions" and spec.rope == "half"
+                      and spec.rotary_dim == spec.head_dim),
+        o16=p.o_proj and not p.o_bias and spec.head_dim >= 2,
+        attention=_attention_plan(spec, p, "f16"), num_sms=sms)
+
+
+def choose(spec: BlockSpec, p: Problem, options) -> Plan:
+    """The plan for this block, or ``Unsupported``."""
+    _check_common(spec, p, options)
+    plan = _fp16_copies(spec, p, options)
+    if plan is not None:
+        return plan
+    if p.dtype == torch.float32:
+        prec = "tf32x3" if p.precision == "highest" else "tf32"
+        operands = "f32"
+    else:
+        prec, operands = "ieee", "b16"
+    triton_gemms = prec == "tf32x3"
+    nq = spec.num_heads * spec.head_dim
+    return NativePlan(
+        prec=prec, triton_gemms=triton_gemms,
+        qkv_gemm=cfgs.choose_gemm(p.gpu, p.rows_hint, nq, p.embed) if triton_gemms else None,
+        o_gemm=cfgs.choose_gemm(p.gpu, p.rows_hint, p.embed, nq) if triton_gemms else None,
+        v_kmajor=p.dtype == torch.float32,
+        attention=_attention_plan(spec, p, operands))
