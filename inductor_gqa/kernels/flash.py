@@ -182,7 +182,13 @@ def gqa_attention_kernel(
         GUARD: tl.constexpr, GP: tl.constexpr = 1,
         FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False,
         ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1,
-        ROW4: tl.constexpr = False, EMPTY_ZERO: tl.constexpr = False):
+        ROW4: tl.constexpr = False, EMPTY_ZERO: tl.constexpr = False,
+        FILL_INF: tl.constexpr = 0):
+    # float arguments arrive as fp64 from Inductor's launcher, as fp32 from Triton's
+    qscale = tl.cast(qscale, tl.float32)
+    mask_fill = tl.cast(mask_fill, tl.float32)
+    if FILL_INF != 0:   # an infinite fill travels as a switch: generated code has no inf literal
+        mask_fill = FILL_INF * float("inf")
     if ROW4:
         # S and the probabilities' row stride are multiples of 4 (launch: row4); written so
         # that the compiler sees it (a hint on an argument is not kept): the rows start
@@ -471,6 +477,7 @@ def launch(q, k, v, o=None, *, batch, seq, num_heads, groups, head_dim, scale, c
         raise ValueError("flash.launch: a guarded launch needs the flag")
     (qt, sq), (kt, sk), (vt, sv) = q, k, v
     dummy = qt      # pointers a MODE never touches
+    fill = log2_units(float(mask_fill)) if mask_kind == 2 else 0.0
     s_static = static_int(seq)
     align4 = bool(cfg.align4) and s_static is not None and align4_ok(s_static, mode, causal, gp,
                                                                     block_n)
@@ -504,7 +511,8 @@ def launch(q, k, v, o=None, *, batch, seq, num_heads, groups, head_dim, scale, c
         so_h=head_dim,
         sp_b=sp[0], sp_h=sp[1], sp_s=sp[2], sm_b=sm[0], sm_h=sm[1], sm_q=sm[2], sm_k=sm[3],
         H=num_heads, G=groups, S=seq, qscale=float(scale) * LOG2E,
-        mask_fill=log2_units(float(mask_fill)),
+        mask_fill=fill if math.isfinite(fill) else 0.0,
+        FILL_INF=0 if math.isfinite(fill) else (1 if fill > 0 else -1),
         D=head_dim, BLOCK_D=max(16, next_pow2(head_dim)), BLOCK_M=block_m, BLOCK_N=block_n,
         CAUSAL=bool(causal), MASK_KIND=int(mask_kind), MODE=int(mode), PREC=prec,
         UPCAST=bool(upcast), V_KMAJOR=bool(v_kmajor), PIPELINE=bool(cfg.pipeline),

@@ -15,6 +15,8 @@ only whole tensors: a written view would leave its base stale in the functional 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import os
 from typing import Sequence
@@ -23,6 +25,9 @@ import torch
 import triton
 from torch._higher_order_ops.triton_kernel_wrap import (kernel_side_table,
                                                          triton_kernel_wrapper_functional)
+
+_recorder = None     # set by ``recording()``: launches are recorded instead of run
+_direct = False      # set by ``direct_launches()``: kernels run in place, no higher-order op
 
 _GRAPHABLE = (torch.Tensor, int, float, bool, str, torch.SymInt, torch.SymFloat, torch.SymBool,
               torch.dtype)
@@ -52,6 +57,18 @@ def launch(kernel, grid: Sequence, outputs: Sequence[str], *, num_warps: int = 4
     missing = [n for n in outputs if not isinstance(args.get(n), torch.Tensor)]
     if missing:
         raise ValueError(f"launch {kernel.__name__}: outputs {missing} are not tensor arguments")
+    if _recorder is not None:
+        _recorder.append(Launch(kernel, tuple(grid), dict(args), num_warps, num_stages,
+                                dict(tma or {})))
+        return tuple(torch.empty_like(args[n]) for n in outputs)
+    if _direct:
+        run_args = dict(args)
+        for name, shape in (tma or {}).items():
+            from triton.tools.tensor_descriptor import TensorDescriptor
+            run_args[name] = TensorDescriptor.from_tensor(args[name], list(shape))
+        grid3 = tuple(grid) + (1,) * (3 - len(grid))
+        _configured(kernel, num_warps, num_stages)[grid3](**run_args)
+        return tuple(args[n] for n in outputs)
     graphable = {k: v for k, v in args.items() if isinstance(v, _GRAPHABLE) or v is None}
     constants = {k: v for k, v in args.items() if k not in graphable}
     grid = tuple(grid) + (1,) * (3 - len(grid))
@@ -63,6 +80,41 @@ def launch(kernel, grid: Sequence, outputs: Sequence[str], *, num_warps: int = 4
         kwargs=graphable,
         tensors_to_clone=list(outputs))
     return tuple(result[n] for n in outputs)
+
+
+@dataclasses.dataclass
+class Launch:
+    """One recorded launch (``recording``)."""
+    kernel: object
+    grid: tuple
+    args: dict
+    num_warps: int
+    num_stages: int
+    tma: dict
+
+
+@contextlib.contextmanager
+def recording():
+    """Record the launches made inside (nothing runs): what tests/kernels/sm90_compile.py
+    compiles for the GPU, for every launch the plans make."""
+    global _recorder
+    previous, _recorder = _recorder, []
+    try:
+        yield _recorder
+    finally:
+        _recorder = previous
+
+
+@contextlib.contextmanager
+def direct_launches():
+    """Run kernels directly, writing their outputs in place (no higher-order op, no clones):
+    for timing a plan eagerly (``plan/tune.py``)."""
+    global _direct
+    previous, _direct = _direct, True
+    try:
+        yield
+    finally:
+        _direct = previous
 
 
 def cdiv(a, b):

@@ -156,6 +156,8 @@ def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_pt
                      NORM: tl.constexpr, ROPE: tl.constexpr, PERSISTENT: tl.constexpr,
                      NUM_SMS: tl.constexpr, ANGLES: tl.constexpr = False,
                      UPCAST: tl.constexpr = False):
+    eps = tl.cast(eps, tl.float32)        # fp64 from Inductor's launcher, fp32 from Triton's
+    eps_k = tl.cast(eps_k, tl.float32)
     num_m = tl.cdiv(M, BM)
     num_n = tl.cdiv(N, BN)
     if PERSISTENT:

@@ -278,6 +278,8 @@ def qk_norm_rope_kernel(Q, K, QW, KW, q_rows, k_rows, HQ, HK, S, eps, eps_k,
                         SCALED: tl.constexpr, STRIDED: tl.constexpr, GUARD: tl.constexpr):
     """In place on Q and K (whole buffers), or, STRIDED, on the q/k/v column slices of one
     [rows, ld] buffer Q (k at column k_col, v at v_col; K unused)."""
+    eps = tl.cast(eps, tl.float32)        # fp64 from Inductor's launcher, fp32 from Triton's
+    eps_k = tl.cast(eps_k, tl.float32)
     if STRIDED:
         k_ptr = Q + k_col
         v_ptr = Q + v_col

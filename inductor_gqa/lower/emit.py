@@ -81,6 +81,8 @@ def _attention(ap: AttentionPlan, spec: BlockSpec, q, k, v, o, *, b, s, prec, pr
                   upcast=interpreting() and q[0].dtype != torch.float32,
                   empty_zero=spec.core == "sdpa")
     writes_flag = guard == 1 and o.dtype == torch.float16
+    if ap.kind == "sdpa":
+        return _sdpa(spec, q, k, v, b, s), None, flag
     if ap.kind == "online":
         res = flash.launch(q, k, v, o, mode=0, cfg=ap.main, **common)
         return res[0], None, (res[1] if writes_flag else flag)
@@ -91,6 +93,19 @@ def _attention(ap: AttentionPlan, spec: BlockSpec, q, k, v, o, *, b, s, prec, pr
     (ml,) = flash.launch(q, k, v, None, mode=1, cfg=ap.stats, ml=ml, **common)
     res = flash.launch(q, k, v, o, mode=2, cfg=ap.main, probs=probs, ml=ml, **common)
     return res[0], res[1], (res[2] if writes_flag else flag)
+
+
+def _sdpa(spec, q, k, v, b, s):
+    """The library's attention on the [B*S, heads*D] rows as [B, heads, S, D] views."""
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+
+    def heads(t, n):
+        return t[0].view(b, s, n, d).transpose(1, 2)
+
+    o = F.scaled_dot_product_attention(heads(q, h), heads(k, hk), heads(v, hk),
+                                       is_causal=spec.causal, scale=spec.effective_scale(),
+                                       enable_gqa=spec.groups > 1)
+    return o.transpose(1, 2).reshape(b, s, h * d)
 
 
 def _no_probs(x):
@@ -106,7 +121,8 @@ def _native(plan: NativePlan, spec: BlockSpec, t: dict):
     nq, nk = h * d, hk * d
     x2d = x.reshape(m, e)
     # 1. projections: q, k [M, N] row-major; float32 V as V^T [Nv, M] (K-major for TF32 P @ V)
-    if plan.triton_gemms:
+    biases = [t[n] is not None for n in ("bq", "bk", "bv")]
+    if plan.qkv_gemm is not None and len(set(biases)) == 1:
         x2d = x2d.contiguous()
         q = torch.empty((m, nq), device=x.device, dtype=x.dtype)
         k = torch.empty((m, nk), device=x.device, dtype=x.dtype)
@@ -158,7 +174,7 @@ def _o_proj_native(plan: NativePlan, t, o, m):
     if wo is None:
         return o
     b, s, hd = o.shape
-    if plan.triton_gemms:
+    if plan.o_gemm is not None:
         y = torch.empty((m, wo.shape[0]), device=o.device, dtype=o.dtype)
         y = linear.launch(o.view(m, hd), wo.contiguous(), bo, y, plan.prec, plan.o_gemm)
         return y.view(b, s, -1)

@@ -155,26 +155,46 @@ def attention_candidates(kind: str, operands: str, head_dim: int, mode: int, gro
     return out
 
 
+def attention_key(kind, operands, head_dim, mode, groups, seq_hint, causal, mask_kind) -> tuple:
+    """The table key of an attention launch: its switches and S's power-of-two bucket."""
+    return (kind, operands, head_dim, mode, groups, int(causal), mask_kind, bucket(seq_hint))
+
+
 def choose_attention(gpu, kind, operands, head_dim, mode, groups, seq_static, seq_hint, rows,
                      causal, mask_kind) -> AttentionConfig:
     cands = attention_candidates(kind, operands, head_dim, mode, groups, seq_static, causal)
-    key = (kind, operands, head_dim, mode, groups, int(causal), mask_kind, bucket(seq_hint),
-           bucket(rows), (seq_static or 1) % 4 == 0)
+    key = attention_key(kind, operands, head_dim, mode, groups, seq_hint, causal, mask_kind)
     found = lookup(gpu, "attention", key, AttentionConfig, None)
-    return found if found in cands else cands[0]
+    if found in cands:
+        return found
+    if kind == "single" and rows < 16384 and not interpreting():
+        # a short row tile where the grid would be small (131x1: 144 programs, not 36)
+        small = A(16, cands[-1].block_n, 4, 1)
+        return small if small in cands else cands[0]
+    return cands[0]
+
+
+def projection_key(rows_hint, parts, head_dim) -> tuple:
+    return (bucket(rows_hint), *parts, head_dim)
+
+
+def projection_candidates(parts, head_dim, rows_static) -> list:
+    from ..kernels.proj_rope import config_fits
+    if interpreting():
+        return [P(32, head_dim, 32, 4, 1)]
+    return [c for c in PROJECTION if config_fits(c, parts, head_dim)
+            and (not c.persistent or rows_static is not None)]
 
 
 def choose_projection(gpu, rows_hint, parts, head_dim, rows_static) -> Optional[ProjectionConfig]:
     """proj_rope's config, or None where no candidate covers the part widths."""
-    from ..kernels.proj_rope import config_fits
-    if interpreting():
-        return P(32, head_dim, 32, 4, 1)
-    cands = [c for c in PROJECTION if config_fits(c, parts, head_dim)
-             and (not c.persistent or rows_static is not None)]
+    cands = projection_candidates(parts, head_dim, rows_static)
     if not cands:
         return None
-    found = lookup(gpu, "projection", (bucket(rows_hint), *parts, head_dim), ProjectionConfig,
-                   None)
+    if interpreting():
+        return cands[0]
+    found = lookup(gpu, "projection", projection_key(rows_hint, parts, head_dim),
+                   ProjectionConfig, None)
     if found in cands:
         return found
     # the H200 defaults by row count (W075's shapes): 128-deep K steps for a few hundred rows,
@@ -188,11 +208,22 @@ def choose_projection(gpu, rows_hint, parts, head_dim, rows_static) -> Optional[
     return pref if pref in cands else cands[0]
 
 
-def choose_gemm(gpu, rows_hint, n, k) -> GemmConfig:
+def gemm_key(which, rows_hint, n, k) -> tuple:
+    """``which``: "qkv" (the three projections in one launch) or "o" (o_proj)."""
+    return (which, bucket(rows_hint), bucket(n), k)
+
+
+def choose_gemm(gpu, which, rows_hint, n, k) -> Optional[GemmConfig]:
+    """The 3xTF32 Triton GEMM's config for float32 under "highest", or None for the library's
+    IEEE GEMM (the default: at W075's sizes cuBLAS's IEEE GEMM on the CUDA cores measured
+    faster than our 3xTF32 tile at a few hundred rows; the table holds where ours wins)."""
     if interpreting():
         return _INTERP_GEMM
-    return lookup(gpu, "gemm_tf32x3", (bucket(rows_hint), bucket(n), k), GemmConfig,
-                  GEMM_TF32X3[0])
+    found = lookup(gpu, "gemm_tf32x3", gemm_key(which, rows_hint, n, k), GemmConfig, None)
+    return None if found is None or found.block_m == 0 else found
+
+
+LIBRARY_GEMM = GemmConfig(0, 0, 0, 0, 0, 0)     # the table's entry for "the library GEMM wins"
 
 
 def fallback_gemm() -> GemmConfig:

@@ -53,6 +53,7 @@ class Problem:
     device: torch.device
     gpu: Optional[str]              # device name, None on the CPU (interpreter)
     capability: tuple
+    num_sms: int
     precision: str                  # torch.get_float32_matmul_precision() at compile time
     batch: object                   # int or SymInt
     seq: object
@@ -88,10 +89,10 @@ class Problem:
         x = t["x"]
         b, s, e = x.shape
         dev = x.device
-        gpu, cap = None, (0, 0)
+        gpu, cap, sms = None, (0, 0), 4
         if dev.type == "cuda":
-            gpu = torch.cuda.get_device_name(dev)
-            cap = torch.cuda.get_device_capability(dev)
+            props = torch.cuda.get_device_properties(dev)
+            gpu, cap, sms = props.name, (props.major, props.minor), props.multi_processor_count
         if spec.rope == "none":
             source = "none"
         elif t.get("cos") is not None:
@@ -100,7 +101,7 @@ class Problem:
             source = "positions"
         mask = t.get("attn_mask")
         return Problem(
-            dtype=x.dtype, device=dev, gpu=gpu, capability=cap,
+            dtype=x.dtype, device=dev, gpu=gpu, capability=cap, num_sms=sms,
             precision=torch.get_float32_matmul_precision(), batch=b, seq=s,
             embed=static_int(e) or 0,
             qkv_bias=any(t.get(n) is not None for n in ("bq", "bk", "bv")),
@@ -121,17 +122,18 @@ def _hint(v) -> int:
 @dataclasses.dataclass(frozen=True)
 class AttentionPlan:
     """How the attention core runs: "online" (MODE 0, no probabilities), "pair" (MODE 1 stats +
-    MODE 2 probabilities) or "single" (MODE 3: a row in one key tile, S <= 256)."""
+    MODE 2 probabilities), "single" (MODE 3: a row in one key tile, S <= 256), or "sdpa" (the
+    library's fused attention, for 16-bit blocks without probabilities or masks at large
+    sizes)."""
     kind: str
-    main: AttentionConfig
+    main: Optional[AttentionConfig] = None
     stats: Optional[AttentionConfig] = None
 
 
 @dataclasses.dataclass(frozen=True)
 class NativePlan:
     prec: str                       # the dots' precision: "ieee" (16-bit), "tf32" or "tf32x3"
-    triton_gemms: bool              # 3xTF32 Triton GEMMs (float32 "highest") vs the library's
-    qkv_gemm: Optional[GemmConfig]
+    qkv_gemm: Optional[GemmConfig]  # 3xTF32 Triton GEMMs (float32 "highest"), None: library
     o_gemm: Optional[GemmConfig]
     v_kmajor: bool                  # float32 V as V^T (the K-major operand of TF32 P @ V)
     attention: AttentionPlan
@@ -171,24 +173,32 @@ def _check_common(spec: BlockSpec, p: Problem, options) -> None:
         raise Unsupported("CPU tensors (the kernels run on CPU only in Triton's interpreter)")
 
 
-def _attention_plan(spec: BlockSpec, p: Problem, operands: str) -> AttentionPlan:
+SDPA_MIN_ROWS = 131072      # B * H * S from which the library's attention is planned
+
+
+def _attention_plan(spec: BlockSpec, p: Problem, operands: str, gpu) -> AttentionPlan:
     rows = p.rows_hint * spec.num_heads
     mk = MASK_CODES[spec.mask]
-    common = dict(gpu=p.gpu, operands=operands, head_dim=spec.head_dim, groups=spec.groups,
+    common = dict(gpu=gpu, operands=operands, head_dim=spec.head_dim, groups=spec.groups,
                   seq_static=p.seq_static, seq_hint=p.seq_hint, rows=rows, causal=spec.causal,
                   mask_kind=mk)
     if not spec.return_probs:
+        # the library's attention (cuDNN / FlashAttention with GQA) for 16-bit blocks at large
+        # B*H*S; ours where the grid is small (W092 on the H200: ours for small S*B*H)
+        if (operands == "b16" and spec.mask == "none" and rows >= SDPA_MIN_ROWS
+                and spec.head_dim in (64, 128) and not interpreting()):
+            return AttentionPlan("sdpa")
         return AttentionPlan("online", cfgs.choose_attention(kind="online", mode=0, **common))
     s = p.seq_static
     # one launch for the probabilities where a row fits one key tile: measured faster than the
     # pair up to S = 256 on the H200 (131x1: 8.2 vs 10.3 us; the pair wins at 256x8)
-    if s is not None and s <= 256 and not (operands != "f16" and s > 128):
+    if s is not None and s <= 256 and p.rows_hint <= 1024:
         return AttentionPlan("single", cfgs.choose_attention(kind="single", mode=3, **common))
     return AttentionPlan("pair", cfgs.choose_attention(kind="pair", mode=2, **common),
                          cfgs.choose_attention(kind="pair", mode=1, **common))
 
 
-def _fp16_copies(spec: BlockSpec, p: Problem, options) -> Optional[Fp16CopiesPlan]:
+def _fp16_copies(spec: BlockSpec, p: Problem, options, gpu) -> Optional[Fp16CopiesPlan]:
     """The fp16-copies plan where it applies, else None."""
     if not (options.fp16_operands and p.dtype == torch.float32 and p.precision != "highest"):
         return None
@@ -200,23 +210,22 @@ def _fp16_copies(spec: BlockSpec, p: Problem, options) -> Optional[Fp16CopiesPla
         return None
     parts = (spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim,
              spec.num_kv_heads * spec.head_dim)
-    proj = cfgs.choose_projection(p.gpu, p.rows_hint, parts, spec.head_dim, p.rows_static)
+    proj = cfgs.choose_projection(gpu, p.rows_hint, parts, spec.head_dim, p.rows_static)
     if proj is None:
         return None
-    sms = (torch.cuda.get_device_properties(p.device).multi_processor_count
-           if p.device.type == "cuda" else 4)
     return Fp16CopiesPlan(
         projection=proj,
         fused_angles=(p.rope_source == "positions" and spec.rope == "half"
                       and spec.rotary_dim == spec.head_dim),
         o16=p.o_proj and not p.o_bias and spec.head_dim >= 2,
-        attention=_attention_plan(spec, p, "f16"), num_sms=sms)
+        attention=_attention_plan(spec, p, "f16", gpu), num_sms=p.num_sms)
 
 
 def choose(spec: BlockSpec, p: Problem, options) -> Plan:
     """The plan for this block, or ``Unsupported``."""
     _check_common(spec, p, options)
-    plan = _fp16_copies(spec, p, options)
+    gpu = p.gpu if options.tuned_tables else None     # None: every family's default config
+    plan = _fp16_copies(spec, p, options, gpu)
     if plan is not None:
         return plan
     if p.dtype == torch.float32:
@@ -227,8 +236,8 @@ def choose(spec: BlockSpec, p: Problem, options) -> Plan:
     triton_gemms = prec == "tf32x3"
     nq = spec.num_heads * spec.head_dim
     return NativePlan(
-        prec=prec, triton_gemms=triton_gemms,
-        qkv_gemm=cfgs.choose_gemm(p.gpu, p.rows_hint, nq, p.embed) if triton_gemms else None,
-        o_gemm=cfgs.choose_gemm(p.gpu, p.rows_hint, p.embed, nq) if triton_gemms else None,
+        prec=prec,
+        qkv_gemm=cfgs.choose_gemm(gpu, "qkv", p.rows_hint, nq, p.embed) if triton_gemms else None,
+        o_gemm=cfgs.choose_gemm(gpu, "o", p.rows_hint, p.embed, nq) if triton_gemms else None,
         v_kmajor=p.dtype == torch.float32,
-        attention=_attention_plan(spec, p, operands))
+        attention=_attention_plan(spec, p, operands, gpu))
