@@ -18,33 +18,16 @@ def _prior_pass():
     return current.chain if isinstance(current, AttentionBlockPass) else current
 
 
-def launcher_patches() -> dict:
-    """Inductor settings our lowering wants: launch user-defined Triton kernels (ours) through
-    Inductor's static launcher, the one its own kernels use, instead of Triton's Python launcher
-    (tens of microseconds of host time per launch). Absent in a torch that lacks the switch."""
-    name = "static_launch_user_defined_triton_kernels"
-    return {name: True} if hasattr(inductor_config, name) else {}
-
-
-_saved_launcher: dict = {}
-
-
 def install(options: Optional[Options] = None) -> AttentionBlockPass:
     """Put our pass into stock Inductor; a joint-graph pass the user set before is chained."""
     p = AttentionBlockPass(as_options(options), chain=_prior_pass())
     inductor_config.joint_custom_pre_pass = p
-    for name, value in launcher_patches().items():
-        _saved_launcher.setdefault(name, getattr(inductor_config, name))
-        setattr(inductor_config, name, value)
     return p
 
 
 def uninstall() -> None:
-    """Remove our pass, restoring whatever pass and launcher setting were there before."""
+    """Remove our pass, restoring whatever pass was configured before install()."""
     inductor_config.joint_custom_pre_pass = _prior_pass()
-    for name, value in _saved_launcher.items():
-        setattr(inductor_config, name, value)
-    _saved_launcher.clear()
 
 
 def is_installed() -> bool:
@@ -54,10 +37,12 @@ def is_installed() -> bool:
 @contextlib.contextmanager
 def installed(options: Optional[Options] = None):
     """``with inductor_gqa.installed(): torch.compile(model)(...)``"""
-    patches = {"joint_custom_pre_pass": AttentionBlockPass(
-        as_options(options), chain=_prior_pass()), **launcher_patches()}
-    with inductor_config.patch(patches):
+    before = inductor_config.joint_custom_pre_pass
+    install(options)
+    try:
         yield
+    finally:
+        inductor_config.joint_custom_pre_pass = before
 
 
 def inductor_gqa_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
@@ -75,6 +60,5 @@ def inductor_gqa_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
         raise TypeError(f"inductor_gqa backend: unexpected arguments {sorted(kwargs)}; it takes "
                         "mode= (as stock Inductor) or options= (inductor_gqa.Options)")
     patches = dict(list_mode_options(mode)) if mode else {}
-    patches.update(launcher_patches())
     patches["joint_custom_pre_pass"] = AttentionBlockPass(options, chain=_prior_pass())
     return compile_fx(gm, example_inputs, config_patches=patches)

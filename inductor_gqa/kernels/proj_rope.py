@@ -6,7 +6,9 @@ accumulator is unscaled, normed and rotated in registers and only the fp16 copie
 kernels read are written, with the range flag: the products never reach memory.
 
 The GEMM reads both operands through the copy engine (tensor descriptors, several stages deep),
-optionally as persistent programs that walk the output tiles. A tile of BN columns holds whole
+optionally as persistent programs that walk the output tiles; or, with TMA off (Inductor's C++
+wrapper and AOTInductor, which do not launch host-built descriptors on every torch this package
+supports), as masked pointer loads that Triton pipelines itself. A tile of BN columns holds whole
 heads of one of q, k or v (BN a multiple of the head size dividing each part's width), so the
 epilogue splits each head's row into its two halves, rotates, and stores the tile as
 [tokens, BN] fp16 into one [B*S, Nq + Nk + Nv] buffer, whose column slices are the copies.
@@ -105,17 +107,31 @@ def _cos_sin(rows, m_ok, pos_ptr, pos_b, pos_s, inv_ptr, S, HALF: tl.constexpr,
 
 
 @triton.jit
-def _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
+def _rows_tile(src, off, k0, n_rows, K, R: tl.constexpr, BK: tl.constexpr, TMA: tl.constexpr):
+    """[R, BK] of a row-major [n_rows, K] operand: through the copy engine (a descriptor) or
+    as masked pointer loads."""
+    if TMA:
+        t = src.load([off, k0])
+    else:
+        r = off + tl.arange(0, R)
+        k = k0 + tl.arange(0, BK)
+        t = tl.load(src + r[:, None].to(tl.int64) * K + k[None, :],
+                    mask=(r < n_rows)[:, None] & (k < K)[None, :], other=0.0)
+    return t
+
+
+@triton.jit
+def _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, N, K, tok_inv_ptr, feat_inv_ptr,
           qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
           NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D: tl.constexpr, BM: tl.constexpr,
           BN: tl.constexpr, BK: tl.constexpr, NORM: tl.constexpr, ROPE: tl.constexpr,
-          ANGLES: tl.constexpr, UPCAST: tl.constexpr):
+          ANGLES: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr):
     off_m = pid_m * BM
     off_n = pid_n * BN
     acc = tl.zeros((BM, BN), tl.float32)
     for ki in range(tl.cdiv(K, BK)):
-        a = a_desc.load([off_m, ki * BK])
-        b = b_desc.load([off_n, ki * BK])
+        a = _rows_tile(a_desc, off_m, ki * BK, M, K, BM, BK, TMA)
+        b = _rows_tile(b_desc, off_n, ki * BK, N, K, BN, BK, TMA)
         if UPCAST:      # the interpreter's 16-bit dot is not exact
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -145,7 +161,12 @@ def _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_pt
     else:
         y = _part(x, rows, m_ok, kw_ptr, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S,
                   flag_ptr, c, s, D, HB, 0, 0, ANGLES)
-    out_desc.store([off_m, off_n], y)
+    if TMA:
+        out_desc.store([off_m, off_n], y)
+    else:
+        cols = off_n + tl.arange(0, BN)
+        tl.store(out_desc + rows[:, None].to(tl.int64) * N + cols[None, :], y,
+                 mask=m_ok[:, None])
 
 
 @triton.jit
@@ -155,7 +176,7 @@ def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_pt
                      D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                      NORM: tl.constexpr, ROPE: tl.constexpr, PERSISTENT: tl.constexpr,
                      NUM_SMS: tl.constexpr, ANGLES: tl.constexpr = False,
-                     UPCAST: tl.constexpr = False):
+                     UPCAST: tl.constexpr = False, TMA: tl.constexpr = True):
     eps = tl.cast(eps, tl.float32)        # fp64 from Inductor's launcher, fp32 from Triton's
     eps_k = tl.cast(eps_k, tl.float32)
     num_m = tl.cdiv(M, BM)
@@ -163,16 +184,16 @@ def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_pt
     if PERSISTENT:
         for t in tl.range(tl.program_id(0), num_m * num_n, NUM_SMS, flatten=True):
             pid_m, pid_n = _tile_of(t, num_m, num_n, 8)
-            _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
+            _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, N, K, tok_inv_ptr, feat_inv_ptr,
                   qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
                   NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM, ROPE, ANGLES,
-                  UPCAST)
+                  UPCAST, TMA)
     else:
         pid_m, pid_n = _tile_of(tl.program_id(0), num_m, num_n, 8)
-        _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, K, tok_inv_ptr, feat_inv_ptr,
+        _tile(a_desc, b_desc, out_desc, pid_m, pid_n, M, N, K, tok_inv_ptr, feat_inv_ptr,
               qw_ptr, kw_ptr, eps, eps_k, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag_ptr,
               NQ, NK, pos_ptr, pos_b, pos_s, inv_ptr, D, BM, BN, BK, NORM, ROPE, ANGLES,
-              UPCAST)
+              UPCAST, TMA)
 
 
 def covers(head_dim, rope, rotary_dim) -> bool:
@@ -221,14 +242,14 @@ def launch(x16, w16, tok_inv, feat_inv, flag, parts, *, q_norm_weight, k_norm_we
     if cfg.persistent and not isinstance(tiles, int):
         raise ValueError("proj_rope.launch: persistent programs need a static row count")
     grid = (min(tiles, num_sms),) if cfg.persistent else (tiles,)
+    tma = {"a_desc": [bm, bk], "b_desc": [bn, bk], "out_desc": [bm, bn]} if cfg.tma else None
     return _launch(
         proj_rope_kernel, grid, ("out_desc", "flag_ptr"), num_warps=cfg.warps,
-        num_stages=cfg.stages, tma={"a_desc": [bm, bk], "b_desc": [bn, bk],
-                                    "out_desc": [bm, bn]},
+        num_stages=cfg.stages, tma=tma,
         a_desc=x16, b_desc=w16, out_desc=out16, M=m, N=n, K=k, tok_inv_ptr=tok_inv,
         feat_inv_ptr=feat_inv, qw_ptr=q_norm_weight if norm != "none" else tok_inv,
         kw_ptr=k_norm_weight if norm != "none" else tok_inv, eps=float(eps), eps_k=float(eps_k),
         cos_ptr=cos, sin_ptr=sin, cs_b=cs[0], cs_s=cs[1], cs_d=cs[2], S=seq, flag_ptr=flag,
         NQ=nq, NK=nk, **pos_args, D=head_dim, BM=bm, BN=bn, BK=bk, NORM=NORM_CODES[norm],
         ROPE=ROPE_CODES[rope], PERSISTENT=bool(cfg.persistent), NUM_SMS=int(num_sms),
-        ANGLES=angles is not None, UPCAST=interpreting())
+        ANGLES=angles is not None, UPCAST=interpreting(), TMA=bool(cfg.tma))

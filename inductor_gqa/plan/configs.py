@@ -57,6 +57,7 @@ class ProjectionConfig:
     warps: int
     stages: int
     persistent: bool = False
+    tma: bool = True        # operands through the copy engine (host-built tensor descriptors)
 
 
 # ---- candidates (H200 measurements; the first of each list is the family default) ----------
@@ -178,33 +179,34 @@ def projection_key(rows_hint, parts, head_dim) -> tuple:
     return (bucket(rows_hint), *parts, head_dim)
 
 
-def projection_candidates(parts, head_dim, rows_static) -> list:
+def projection_candidates(parts, head_dim, rows_static, tma=True) -> list:
     from ..kernels.proj_rope import config_fits
     if interpreting():
-        return [P(32, head_dim, 32, 4, 1)]
-    return [c for c in PROJECTION if config_fits(c, parts, head_dim)
+        return [P(32, head_dim, 32, 4, 1, tma=tma)]
+    return [dataclasses.replace(c, tma=tma) for c in PROJECTION if config_fits(c, parts, head_dim)
             and (not c.persistent or rows_static is not None)]
 
 
-def choose_projection(gpu, rows_hint, parts, head_dim, rows_static) -> Optional[ProjectionConfig]:
+def choose_projection(gpu, rows_hint, parts, head_dim, rows_static,
+                      tma=True) -> Optional[ProjectionConfig]:
     """proj_rope's config, or None where no candidate covers the part widths."""
-    cands = projection_candidates(parts, head_dim, rows_static)
+    cands = projection_candidates(parts, head_dim, rows_static, tma)
     if not cands:
         return None
     if interpreting():
         return cands[0]
     found = lookup(gpu, "projection", projection_key(rows_hint, parts, head_dim),
                    ProjectionConfig, None)
-    if found in cands:
-        return found
+    if found is not None and dataclasses.replace(found, tma=tma) in cands:
+        return dataclasses.replace(found, tma=tma)
     # the H200 defaults by row count (W075's shapes): 128-deep K steps for a few hundred rows,
     # 64x128 tiles up to ~2k rows, persistent 128x128 beyond
     if rows_hint <= 384:
-        pref = P(64, 64, 128, 4, 4)
+        pref = P(64, 64, 128, 4, 4, tma=tma)
     elif rows_hint <= 2048:
-        pref = P(64, 128, 64, 4, 3)
+        pref = P(64, 128, 64, 4, 3, tma=tma)
     else:
-        pref = P(128, 128, 64, 8, 4, True)
+        pref = P(128, 128, 64, 8, 4, True, tma=tma)
     return pref if pref in cands else cands[0]
 
 
@@ -214,13 +216,18 @@ def gemm_key(which, rows_hint, n, k) -> tuple:
 
 
 def choose_gemm(gpu, which, rows_hint, n, k) -> Optional[GemmConfig]:
-    """The 3xTF32 Triton GEMM's config for float32 under "highest", or None for the library's
-    IEEE GEMM (the default: at W075's sizes cuBLAS's IEEE GEMM on the CUDA cores measured
-    faster than our 3xTF32 tile at a few hundred rows; the table holds where ours wins)."""
+    """The 3xTF32 Triton GEMM's config for float32 under "highest", or None where the table says
+    the library's IEEE GEMM wins."""
     if interpreting():
         return _INTERP_GEMM
     found = lookup(gpu, "gemm_tf32x3", gemm_key(which, rows_hint, n, k), GemmConfig, None)
-    return None if found is None or found.block_m == 0 else found
+    if found is None:
+        # H200 (plan/tune.py): ours beat the library's IEEE GEMM at every W075 size, 64x64x64
+        # tiles up to ~2k rows, 128-row tiles beyond
+        if rows_hint <= 2048:
+            return G(64, 64, 64, 8, 4, 3)
+        return G(128, 128, 32, 8, 8, 3) if which == "qkv" else G(128, 64, 32, 8, 4, 3)
+    return None if found.block_m == 0 else found
 
 
 LIBRARY_GEMM = GemmConfig(0, 0, 0, 0, 0, 0)     # the table's entry for "the library GEMM wins"

@@ -210,7 +210,11 @@ def _fp16_copies(spec: BlockSpec, p: Problem, options, gpu) -> Optional[Fp16Copi
         return None
     parts = (spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim,
              spec.num_kv_heads * spec.head_dim)
-    proj = cfgs.choose_projection(gpu, p.rows_hint, parts, spec.head_dim, p.rows_static)
+    # Inductor's C++ wrapper (and AOTInductor, which uses it) gets pointer loads: host-built
+    # tensor descriptors fail at launch there on torch 2.11
+    from torch._inductor import config as inductor_config
+    tma = not inductor_config.cpp_wrapper
+    proj = cfgs.choose_projection(gpu, p.rows_hint, parts, spec.head_dim, p.rows_static, tma)
     if proj is None:
         return None
     return Fp16CopiesPlan(

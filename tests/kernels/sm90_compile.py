@@ -151,6 +151,8 @@ def _variants(plan, spec):
     if isinstance(plan, Fp16CopiesPlan):
         for c in cfgs.PROJECTION:
             yield dataclasses.replace(plan, projection=c)
+        # Inductor's C++ wrapper's form: pointer loads instead of tensor descriptors
+        yield dataclasses.replace(plan, projection=dataclasses.replace(plan.projection, tma=False))
     if isinstance(plan, NativePlan) and plan.prec == "tf32x3":
         for c in cfgs.GEMM_TF32X3:
             yield dataclasses.replace(plan, qkv_gemm=c, o_gemm=c)

@@ -1,0 +1,147 @@
+"""The pass end to end: a block found in a compiled graph is replaced by its plan's kernel
+launches (Inductor's user-defined Triton kernel nodes), on CPU through the Triton interpreter."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.utils import counters
+from torch._inductor.decomposition import select_decomp_table
+
+from inductor_gqa import Options, workloads as wl
+from inductor_gqa.graph_pass import run
+
+KERNEL_NODE = torch.ops.higher_order.triton_kernel_wrapper_functional
+FUSED_OP = torch.ops.inductor_gqa.attention_block.default
+
+
+def kernels_backend(graphs: list, **options):
+    """AOTAutograd with Inductor's decompositions and our pass on the forward graph, which then
+    runs eagerly: the kernels through the interpreter (what Inductor would compile)."""
+    opts = Options(cpu_kernels=True, **options)
+
+    def fw(gm, example_inputs):
+        run(gm.graph, opts)
+        gm.recompile()
+        graphs.append(gm.graph)
+        return make_boxed_func(gm)
+    return aot_autograd(fw_compiler=fw, decompositions=select_decomp_table())
+
+
+def small_w075(s, b, causal=False):
+    fn = wl.workload_fn(wl.W075, 4, 2, 16)
+    inp = wl.make_inputs(wl.W075, s, b, hidden=64, num_heads=4, num_kv_heads=2, head_dim=16,
+                         seed=s)
+    return (lambda **kw: fn(is_causal=causal, **kw)), inp
+
+
+def small_w092(s, b):
+    fn = wl.workload_fn(wl.W092, 6, 2, 32)
+    return fn, wl.make_inputs(wl.W092, s, b, hidden=64, num_heads=6, num_kv_heads=2,
+                              head_dim=32, seed=s)
+
+
+def _check(w, outs, refs, atol):
+    for o, r in zip(outs if isinstance(outs, tuple) else (outs,),
+                    refs if isinstance(refs, tuple) else (refs,)):
+        ok, frac = wl.check(o, r, atol, w.rtol)
+        assert ok, frac
+
+
+@pytest.mark.parametrize("precision", ["high", "highest"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_block_becomes_kernel_launches(precision, causal):
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        graphs = []
+        fn, inp = small_w075(19, 2, causal)
+        out = torch.compile(fn, backend=kernels_backend(graphs), dynamic=False)(**inp)
+        ref = fn(**inp)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    c = counters["inductor_gqa"]
+    assert c["blocks_fused"] == 1
+    assert c["plan: fp16_copies" if precision == "high" else "plan: native"] == 1
+    targets = [n.target for n in graphs[-1].nodes]
+    assert KERNEL_NODE in targets and FUSED_OP not in targets
+    _check(wl.W075, out, ref, 2e-3)
+
+
+def test_w092_like_bf16():
+    graphs = []
+    fn, inp = small_w092(21, 2)
+    out = torch.compile(fn, backend=kernels_backend(graphs), dynamic=False)(**inp)
+    assert counters["inductor_gqa"]["blocks_fused"] == 1
+    _check(wl.W092, out, fn(**inp), 3e-2)
+
+
+def test_dynamic_shapes_one_graph():
+    """S and B symbolic: one compiled graph serves every size (B >= 2: Dynamo specializes
+    sizes 0 and 1), the plan's choices made from the size hints without guards."""
+    graphs = []
+    fn, _ = small_w075(8, 2)
+    compiled = torch.compile(fn, backend=kernels_backend(graphs), dynamic=True)
+    for s, b in ((9, 2), (23, 3), (40, 2)):
+        _, inp = small_w075(s, b)
+        _check(wl.W075, compiled(**inp), fn(**inp), 2e-3)
+    assert len(graphs) == 1
+    assert counters["inductor_gqa"]["blocks_fused"] == 1
+
+
+def test_unsupported_block_is_left_to_inductor(caplog):
+    """A block no plan covers is not fused: the graph keeps the user's code, and the reason is
+    counted and logged."""
+    graphs = []
+    fn, inp = small_w092(12, 2)         # dynamic=True keeps the eps argument a runtime value
+    with caplog.at_level("INFO", logger="inductor_gqa"):
+        out = torch.compile(fn, backend=kernels_backend(graphs), dynamic=True)(**inp)
+    c = counters["inductor_gqa"]
+    assert c["blocks_fused"] == 0 and c["rejected: no kernel plan"] == 1
+    assert "runtime float" in caplog.text
+    assert FUSED_OP not in [n.target for n in graphs[-1].nodes]
+    _check(wl.W092, out, fn(**inp), 3e-2)
+
+
+def _mlp():
+    return torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(64, 64),
+                                                               torch.nn.GELU())])
+
+
+def test_no_block_same_generated_code_as_stock():
+    """A model without attention compiles to exactly the code stock Inductor generates."""
+    from torch._inductor.utils import run_and_get_code
+
+    model = _mlp()
+    x = torch.randn(8, 64)
+    with torch.no_grad():
+        _, ours = run_and_get_code(torch.compile(model, backend="inductor_gqa"), x)
+        torch._dynamo.reset()
+        _, stock = run_and_get_code(torch.compile(model), x)
+
+    def body(codes):   # the graph's id (a counter) aside
+        return ["\n".join(ln for ln in c.splitlines() if not ln.startswith("# AOT ID"))
+                for c in codes]
+    assert body(ours) == body(stock)
+
+
+def test_pass_cost_on_a_large_graph_without_blocks():
+    """The pass adds well under a second to a large graph with no attention block."""
+    model = torch.nn.Sequential(*[m for _ in range(200) for m in (torch.nn.Linear(32, 32),
+                                                                  torch.nn.ReLU())])
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm)
+    with torch.no_grad():
+        torch.compile(model, backend=aot_autograd(fw_compiler=capture))(torch.randn(4, 32))
+    graph = graphs[-1].graph
+    assert len(graph.nodes) > 800
+    t0 = time.perf_counter()
+    assert run(graph, Options()) == 0
+    assert time.perf_counter() - t0 < 0.25
