@@ -12,8 +12,9 @@
   the host's guarantee): exact row max and sum, then the same store and P @ V.
   MODE 4: MODE 1 then MODE 2 in the same program, row tile by row tile: the pair in one launch,
   for the guarded fallback (two passes in one launch are slower where speed counts).
-* Masks, in the eager order: scale, causal (-inf), bool_fill (mask_fill), bool_keep (-inf),
-  additive. Causal tiles wholly above the diagonal are skipped (and, for probabilities, written as
+* Masks, in the eager order: scale, logit softcapping (SOFTCAP), causal (-inf), sliding window
+  (WINDOW, -inf; key tiles wholly before a row tile's window are skipped), bool_fill
+  (mask_fill), bool_keep (-inf), additive. Causal tiles wholly above the diagonal are skipped (and, for probabilities, written as
   zeros without computing) except with bool_fill, whose finite fill overrides the causal -inf.
 * Scores are kept in log2 units: the scale times log2(e) is folded into q once per tile for
   float32 (one multiply per q element instead of two per score); additive masks and fills are
@@ -93,20 +94,29 @@ def _qk(q, k_base, sk_s, offs_n, S, d_ok, PREC: tl.constexpr, UPCAST: tl.constex
 
 
 @triton.jit
-def _scores(s, offs_m, offs_n, m0, n0, S, qscale, mask_ptr, mrow_off, sm_k, mask_fill,
-            CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, PRESCALED: tl.constexpr,
-            EXP_SCALE: tl.constexpr, EVEN_N: tl.constexpr, SHIFTED: tl.constexpr = False):
+def _scores(s, offs_m, offs_n, m0, m_last, n0, S, qscale, mask_ptr, mrow_off, sm_k, mask_fill,
+            window, softcap, CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr,
+            PRESCALED: tl.constexpr, EXP_SCALE: tl.constexpr, EVEN_N: tl.constexpr,
+            SHIFTED: tl.constexpr = False, WINDOW: tl.constexpr = False,
+            SOFTCAP: tl.constexpr = False):
     """Scores of one tile from q @ k^T, in log2 units (scale * log2(e) applied), masks in the
     eager order; with EXP_SCALE still unscaled (``_row_max`` and ``_shifted`` scale them).
-    m0, n0: the tile's first query row and first key column. The causal and sequence-bound
-    selects run only in tiles that cross the diagonal or a sequence end (a uniform branch
-    instead of a select per score in every tile)."""
+    m0, m_last, n0: the tile's first and last query row, its first key column. SOFTCAP: the
+    logits capped, softcap * tanh(s / softcap) (``softcap`` in log2 units, as the scores),
+    before any mask. The causal, window and sequence-bound selects run only in tiles that cross
+    the diagonal, the window's edge or a sequence end (a uniform branch instead of a select per
+    score in every tile). WINDOW: key j visible from query i only when i - j < window."""
     if not PRESCALED and not EXP_SCALE:
         s = s * qscale
+    if SOFTCAP:
+        s = softcap * (2.0 * tl.sigmoid(s * (2.0 / softcap)) - 1.0)     # softcap * tanh(s/cap)
     BN: tl.constexpr = s.shape[1]
     if CAUSAL:
         if n0 + BN - 1 > m0:
             s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float("-inf"))
+    if WINDOW:
+        if m_last - n0 >= window:
+            s = tl.where(offs_m[:, None] - offs_n[None, :] < window, s, float("-inf"))
     valid_n = offs_n < S
     if SHIFTED:
         valid_n = valid_n & (offs_n >= 0)
@@ -175,7 +185,7 @@ def gqa_attention_kernel(
         Q, K, V, O, P, MASK, ML, FLAG,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
         sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
-        H, G, S, qscale, mask_fill,
+        H, G, S, qscale, mask_fill, window, softcap,
         D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
@@ -183,10 +193,12 @@ def gqa_attention_kernel(
         FOLD: tl.constexpr = False, EVEN_N: tl.constexpr = False,
         ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1,
         ROW4: tl.constexpr = False, EMPTY_ZERO: tl.constexpr = False,
-        FILL_INF: tl.constexpr = 0):
+        FILL_INF: tl.constexpr = 0, WINDOW: tl.constexpr = False,
+        SOFTCAP: tl.constexpr = False):
     # float arguments arrive as fp64 from Inductor's launcher, as fp32 from Triton's
     qscale = tl.cast(qscale, tl.float32)
     mask_fill = tl.cast(mask_fill, tl.float32)
+    softcap = tl.cast(softcap, tl.float32)
     if FILL_INF != 0:   # an infinite fill travels as a switch: generated code has no inf literal
         mask_fill = FILL_INF * float("inf")
     if ROW4:
@@ -210,16 +222,16 @@ def gqa_attention_kernel(
             _tile_modes(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, FLAG,
                         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
-                        qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
+                        qscale, mask_fill, window, softcap, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                         MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                        ALIGN4, EMPTY_ZERO)
+                        ALIGN4, EMPTY_ZERO, WINDOW, SOFTCAP)
     else:
         _tile_modes(tl.program_id(0), tl.program_id(1), Q, K, V, O, P, MASK, ML, FLAG,
                     sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                     so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
-                    qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
+                    qscale, mask_fill, window, softcap, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                     MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                    ALIGN4, EMPTY_ZERO)
+                    ALIGN4, EMPTY_ZERO, WINDOW, SOFTCAP)
 
 
 @triton.jit
@@ -227,12 +239,13 @@ def _tile_modes(
         start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
         sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
-        H, G, S, qscale, mask_fill,
+        H, G, S, qscale, mask_fill, window, softcap,
         D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr,
-        ALIGN4: tl.constexpr, EMPTY_ZERO: tl.constexpr):
+        ALIGN4: tl.constexpr, EMPTY_ZERO: tl.constexpr, WINDOW: tl.constexpr,
+        SOFTCAP: tl.constexpr):
     # MODE 4: MODE 1 then MODE 2 on the same row tile (a tile's probabilities need only its own
     # rows' statistics), for the guarded fallback: one launch instead of two; the barriers make
     # the statistics one thread stored visible to the thread that reads them, and keep a looping
@@ -243,9 +256,9 @@ def _tile_modes(
         _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
                         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
                         so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
-                        qscale, mask_fill, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
+                        qscale, mask_fill, window, softcap, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
                         pass_mode, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                        ALIGN4, EMPTY_ZERO)
+                        ALIGN4, EMPTY_ZERO, WINDOW, SOFTCAP)
         if MODE == 4:
             tl.debug_barrier()
 
@@ -255,12 +268,13 @@ def _attention_tile(
         start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
         sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
-        H, G, S, qscale, mask_fill,
+        H, G, S, qscale, mask_fill, window, softcap,
         D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr,
-        ALIGN4: tl.constexpr, EMPTY_ZERO: tl.constexpr):
+        ALIGN4: tl.constexpr, EMPTY_ZERO: tl.constexpr, WINDOW: tl.constexpr,
+        SOFTCAP: tl.constexpr):
     # MR query positions per program; with GP > 1 its BLOCK_M rows are GP query heads of one KV
     # head (head-major blocks of MR rows), so each K/V tile it loads serves all of them
     MR: tl.constexpr = BLOCK_M // GP
@@ -311,6 +325,12 @@ def _attention_tile(
         hi = tl.minimum(S, (start_m + 1) * MR)
     else:
         hi = S
+    # a window skips the key tiles wholly before the first row's window (probabilities there:
+    # zeros, written once), except where a finite bool_fill can override the -inf
+    if WINDOW and MASK_KIND != 2 and MODE != 3:
+        lo = (tl.maximum(0, start_m * MR - window + 1) // BLOCK_N) * BLOCK_N
+    else:
+        lo = 0
 
     ml_off = row_bh.to(tl.int64) * S + offs_m
     if MODE == 2:
@@ -339,8 +359,8 @@ def _attention_tile(
             p_row = (P + b64 * sp_b + hcol.to(tl.int64) * sp_h
                      + offs_m[:, None].to(tl.int64) * sp_s)
     if PIPELINE:
-        s_next = _qk(q, k_base, sk_s, offs_nb - DELTA, S, d_ok, PREC, UPCAST, ALIGN4)
-    for start_n in range(0, hi, BLOCK_N):
+        s_next = _qk(q, k_base, sk_s, lo + offs_nb - DELTA, S, d_ok, PREC, UPCAST, ALIGN4)
+    for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n - DELTA + offs_nb
         if EVEN_N:
             n_ok = tl.full([BLOCK_N], 1, tl.int1)
@@ -355,9 +375,9 @@ def _attention_tile(
             s_next = _qk(q, k_base, sk_s, offs_n + BLOCK_N, S, d_ok, PREC, UPCAST, ALIGN4)
         else:
             s = _qk(q, k_base, sk_s, offs_n, S, d_ok, PREC, UPCAST, ALIGN4)
-        t = _scores(s, offs_m, offs_n, m0, start_n - DELTA, S, qscale, MASK, mrow_off, sm_k,
-                    mask_fill,
-                    CAUSAL, MASK_KIND, PRESCALED, EXP_SCALE, EVEN_N, ALIGN4)
+        t = _scores(s, offs_m, offs_n, m0, m0 + MR - 1, start_n - DELTA, S, qscale, MASK,
+                    mrow_off, sm_k, mask_fill, window, softcap, CAUSAL, MASK_KIND, PRESCALED,
+                    EXP_SCALE, EVEN_N, ALIGN4, WINDOW, SOFTCAP)
         if MODE >= 2:
             if MODE == 3:   # the only tile of the row: its exact statistics first
                 m_i = _row_max(t, qscale, EXP_SCALE)
@@ -406,8 +426,13 @@ def _attention_tile(
         tl.store(ML + ml_off * 2 + 1, l_i, mask=m_ok)
     else:
         if MODE == 2:
-            # causal tiles above the diagonal: zeros, written once, nothing computed
+            # causal tiles above the diagonal and tiles before the window: zeros, written once,
+            # nothing computed
             zeros = tl.zeros([BLOCK_M, BLOCK_N], P.dtype.element_ty)
+            for start_n in range(0, lo, BLOCK_N):
+                offs_n = start_n + offs_nb
+                tl.store(p_row + offs_n[None, :], zeros, mask=m_ok[:, None],
+                         eviction_policy="evict_first")
             for start_n in range(hi, S, BLOCK_N):
                 offs_n = start_n + offs_nb
                 tl.store(p_row + offs_n[None, :], zeros, mask=m_ok[:, None] & (offs_n < S)[None, :],
@@ -460,7 +485,8 @@ def row4(probs_row_stride, seq) -> bool:
 
 def launch(q, k, v, o=None, *, batch, seq, num_heads, groups, head_dim, scale, causal, mode, prec,
            cfg, probs=None, ml=None, mask=None, mask_kind=0, mask_fill=float("-inf"),
-           flag=None, guard=0, v_kmajor=False, upcast=False, empty_zero=False):
+           flag=None, guard=0, v_kmajor=False, upcast=False, empty_zero=False, window=0,
+           softcap=0.0):
     """One attention launch; returns the new values of the tensors it writes, in the order
     (o, probs, ml, flag) restricted to those this MODE writes.
 
@@ -479,8 +505,8 @@ def launch(q, k, v, o=None, *, batch, seq, num_heads, groups, head_dim, scale, c
     dummy = qt      # pointers a MODE never touches
     fill = log2_units(float(mask_fill)) if mask_kind == 2 else 0.0
     s_static = static_int(seq)
-    align4 = bool(cfg.align4) and s_static is not None and align4_ok(s_static, mode, causal, gp,
-                                                                    block_n)
+    align4 = (bool(cfg.align4) and s_static is not None and not window
+              and align4_ok(s_static, mode, causal, gp, block_n))
     if align4:
         grid = (4 * cdiv(cdiv(s_static, 4), block_m), batch * num_heads)
     else:
@@ -510,14 +536,16 @@ def launch(q, k, v, o=None, *, batch, seq, num_heads, groups, head_dim, scale, c
         so_b=o.stride(0) if o is not None else 0, so_s=o.stride(1) if o is not None else 0,
         so_h=head_dim,
         sp_b=sp[0], sp_h=sp[1], sp_s=sp[2], sm_b=sm[0], sm_h=sm[1], sm_q=sm[2], sm_k=sm[3],
-        H=num_heads, G=groups, S=seq, qscale=float(scale) * LOG2E,
+        H=num_heads, G=groups, S=seq, qscale=float(scale) * LOG2E, window=int(window),
+        softcap=float(softcap) * LOG2E,
         mask_fill=fill if math.isfinite(fill) else 0.0,
         FILL_INF=0 if math.isfinite(fill) else (1 if fill > 0 else -1),
         D=head_dim, BLOCK_D=max(16, next_pow2(head_dim)), BLOCK_M=block_m, BLOCK_N=block_n,
         CAUSAL=bool(causal), MASK_KIND=int(mask_kind), MODE=int(mode), PREC=prec,
         UPCAST=bool(upcast), V_KMAJOR=bool(v_kmajor), PIPELINE=bool(cfg.pipeline),
-        GUARD=int(guard), GP=int(gp), FOLD=mask_kind == 0 and float(scale) > 0,
+        GUARD=int(guard), GP=int(gp),
+        FOLD=mask_kind == 0 and float(scale) > 0 and not softcap,
         EVEN_N=s_static is not None and s_static % block_n == 0 and not align4,
         ALIGN4=align4, PERSIST=persist, N_BH=n_bh,
         ROW4=probs is not None and mode != 1 and row4(sp[2], seq),
-        EMPTY_ZERO=bool(empty_zero))
+        EMPTY_ZERO=bool(empty_zero), WINDOW=window > 0, SOFTCAP=softcap > 0)

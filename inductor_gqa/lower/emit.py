@@ -79,7 +79,8 @@ def _attention(ap: AttentionPlan, spec: BlockSpec, q, k, v, o, *, b, s, prec, pr
                   mask=mask, mask_kind=flash.MASK_CODES[spec.mask], mask_fill=spec.mask_fill,
                   flag=flag, guard=guard, v_kmajor=v_kmajor,
                   upcast=interpreting() and q[0].dtype != torch.float32,
-                  empty_zero=spec.core == "sdpa")
+                  empty_zero=spec.core == "sdpa", window=getattr(spec, "window", 0),
+                  softcap=getattr(spec, "softcap", 0.0))
     writes_flag = guard == 1 and o.dtype == torch.float16
     if ap.kind == "sdpa":
         return _sdpa(spec, q, k, v, b, s), None, flag
@@ -258,7 +259,8 @@ def _fallback_attention(ap, spec, q32, k32, v32, o32, probs, mask, flag, b, s):
     common = dict(batch=b, seq=s, num_heads=spec.num_heads, groups=spec.groups, head_dim=d,
                   scale=spec.effective_scale(), causal=spec.causal, prec="tf32", mask=mask,
                   mask_kind=flash.MASK_CODES[spec.mask], mask_fill=spec.mask_fill, flag=flag,
-                  guard=2, empty_zero=spec.core == "sdpa", cfg=ap.main)
+                  guard=2, empty_zero=spec.core == "sdpa", cfg=ap.main,
+                  window=getattr(spec, "window", 0), softcap=getattr(spec, "softcap", 0.0))
     qv, kv = _rows_view(q32, s, d), _rows_view(k32, s, d)
     vv = (v32, (s * v32.stride(0), d, v32.stride(0), 1))
     if not spec.return_probs:

@@ -43,7 +43,8 @@ class Unsupported(Exception):
 # BlockSpec fields whose every value the plans below implement; a field added to BlockSpec
 # later (with a value other than its default) is unsupported until a plan learns it
 _KNOWN_FIELDS = {"num_heads", "num_kv_heads", "head_dim", "norm", "eps", "rope", "rotary_dim",
-                 "core", "scale", "scale_op", "causal", "mask", "mask_fill", "return_probs"}
+                 "core", "scale", "scale_op", "causal", "mask", "mask_fill", "return_probs",
+                 "window", "softcap"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +187,7 @@ def _attention_plan(spec: BlockSpec, p: Problem, operands: str, gpu) -> Attentio
         # the library's attention (cuDNN / FlashAttention with GQA) for 16-bit blocks at large
         # B*H*S; ours where the grid is small (W092 on the H200: ours for small S*B*H)
         if (operands == "b16" and spec.mask == "none" and rows >= SDPA_MIN_ROWS
+                and not getattr(spec, "window", 0) and not getattr(spec, "softcap", 0.0)
                 and spec.head_dim in (64, 128) and not interpreting()):
             return AttentionPlan("sdpa")
         return AttentionPlan("online", cfgs.choose_attention(kind="online", mode=0, **common))

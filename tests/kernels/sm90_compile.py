@@ -11,7 +11,8 @@ with the argument types Inductor's launcher gives (ints i32/i64, floats fp64, in
 constant), and failures and kernels that need more shared memory than an H200 block has are
 reported.
 
-    python tests/kernels/sm90_compile.py [--jobs 2] [--list]      (with TRITON_INTERPRET unset)
+    python tests/kernels/sm90_compile.py [--jobs 2] [--list] [--candidates]
+                                                   (with TRITON_INTERPRET unset)
     python tests/kernels/sm90_compile.py --inspect TEXT            SASS statistics of some jobs
 """
 
@@ -175,9 +176,10 @@ def _arg_type(value, name, tma):
     raise TypeError(f"{name}: {type(value)}")
 
 
-def jobs():
+def jobs(candidates: bool = False):
     """Distinct recorded launches as compile jobs: (name, kernel module, kernel name,
-    signature, constexprs, options)."""
+    signature, constexprs, options). ``candidates``: also every candidate config of the
+    plans' kernel families (what the tuner may pick), not only the configs planned now."""
     from inductor_gqa.kernels.launch import recording
     from inductor_gqa.lower.emit import emit
     from inductor_gqa.options import Options
@@ -189,7 +191,7 @@ def jobs():
             plan = choose(spec, _problem(spec, dtype, prec, shape, extras), Options())
         except Unsupported as u:
             raise AssertionError(f"{name}: no plan ({u.reason})") from u
-        for variant in _variants(plan, spec):
+        for variant in (_variants(plan, spec) if candidates else [plan]):
             if (getattr(variant, "projection", None) is not None
                     and not proj_rope.config_fits(variant.projection, (
                         spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim,
@@ -273,13 +275,15 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--list", action="store_true", help="print the jobs and stop")
     p.add_argument("--only", default="", help="compile only the jobs whose name contains this")
+    p.add_argument("--candidates", action="store_true",
+                   help="every candidate config of each family, not only the planned ones")
     p.add_argument("--inspect", default="", help="print SASS statistics of matching jobs")
     a = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         print("unset TRITON_INTERPRET: the interpreter does not compile")
         return 2
     t0 = time.time()
-    todo = [j for j in jobs() if a.only in j[0]]
+    todo = [j for j in jobs(a.candidates) if a.only in j[0]]
     if a.list:
         for j in todo:
             print(j[0])

@@ -1,5 +1,6 @@
-"""Every kernel config the tuner may try compiles for Hopper, checked on a machine without a GPU
-(see sm90_compile.py; it runs in a subprocess because this test session uses the interpreter)."""
+"""Every kernel launch the plans make compiles for Hopper, checked on a machine without a GPU
+(see sm90_compile.py; it runs in a subprocess because this test session uses the interpreter).
+The sweep over every candidate config (``--candidates``) is run by hand when configs change."""
 
 import importlib.util
 import os
@@ -12,7 +13,7 @@ import pytest
 
 @pytest.mark.skipif(importlib.util.find_spec("triton.backends.nvidia") is None,
                     reason="this Triton build has no NVIDIA backend")
-def test_every_candidate_config_compiles_for_sm90():
+def test_every_planned_launch_compiles_for_sm90():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     script = Path(__file__).with_name("sm90_compile.py")
     r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
