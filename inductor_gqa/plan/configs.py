@@ -146,14 +146,27 @@ def attention_candidates(kind: str, operands: str, head_dim: int, mode: int, gro
         cands = {0: F32_ONLINE, 1: F32_STATS, 2: F32_PROBS}[mode]
     else:
         cands = B16_ONLINE_64 if head_dim <= 64 else B16_ONLINE
+    elem = 4 if operands == "f32" else 2
     out = []
     for c in cands:
         if c.gp > 1 and (groups % c.gp or c.block_m % c.gp):
             continue
         if c.align4 and (causal or seq_static is None or seq_static % 4 == 0):
             continue
+        if _smem_bytes(c, head_dim, elem) > _SMEM_BUDGET:
+            continue
         out.append(c)
-    return out
+    return out or [A(32, 32, 4, 1)]
+
+
+_SMEM_BUDGET = 160 * 1024      # of the H200's 227 KB per block: Triton's own buffers on top
+
+
+def _smem_bytes(c: AttentionConfig, head_dim: int, elem: int) -> int:
+    """A rough footprint of a tile: q, and K and V for every pipeline stage (wide heads in
+    float32 need small tiles: head_dim 256 at 128 x 128 asks for 384 KB)."""
+    d = next_pow2(head_dim)
+    return (c.block_m * d + 2 * max(1, c.stages) * c.block_n * d) * elem
 
 
 def attention_key(kind, operands, head_dim, mode, groups, seq_hint, causal, mask_kind) -> tuple:

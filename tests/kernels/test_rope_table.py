@@ -53,18 +53,32 @@ def test_bad_inputs_are_errors():
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_tables_built_inside_scale_rows(interleaved):
     """fp16_rows.scale_rows hosts the tables' programs after its own (one launch fewer): the
-    same tables as the standalone launch, and the same scaled copies as without them."""
+    same tables as the standalone launch, the same scaled copies as without them, exact
+    power-of-two row scales, and the range flag cleared."""
     from inductor_gqa.kernels.fp16_rows import scale_rows
-    from inductor_gqa.kernels.rope_table import TableJob
+    from inductor_gqa.kernels.launch import direct_launches
+    from inductor_gqa.kernels.rope_table import TableSpec
     g = torch.Generator().manual_seed(0)
     inv = 1.0 / 10000 ** (torch.arange(0, 64, 2, dtype=torch.float32) / 64)
     pos = torch.arange(37)[None] + 5 * torch.arange(2)[:, None]
     x = torch.randn(74, 96, generator=g)
-    w = torch.randn(40, 96, generator=g) * 1e-3
-    job = TableJob(inv, pos, 64, interleaved, torch.float32, interpret=True)
-    (x16, xi), (w16, wi) = scale_rows([x, w], table=job)
-    cos, sin = rope_tables(inv, pos, 64, interleaved, torch.float32, interpret=True)
-    assert torch.equal(job.cos, cos) and torch.equal(job.sin, sin)
-    (x16b, xib), (w16b, wib) = scale_rows([x, w])
+    ws = [torch.randn(n, 96, generator=g) * 10.0 ** -e for n, e in ((40, 3), (24, 0), (8, 6))]
+    ws[1][3] = 0.0                                       # a zero row keeps scale 1
+    table = TableSpec(inv, pos, 64, interleaved, torch.float32, interpret=True)
+    with direct_launches():
+        flag = torch.ones(1, dtype=torch.int32)
+        x16, xi, w16, wi, flag, cos, sin = scale_rows(x, ws, flag, table=table)
+        ref_c, ref_s = rope_tables(inv, pos, 64, interleaved, torch.float32, interpret=True)
+        assert torch.equal(cos, ref_c) and torch.equal(sin, ref_s) and flag.item() == 0
+        x16b, xib, w16b, wib, _, nc, ns = scale_rows(x, ws, torch.ones(1, dtype=torch.int32))
+    assert nc is None and ns is None
     assert torch.equal(x16, x16b) and torch.equal(w16, w16b)
     assert torch.equal(xi, xib) and torch.equal(wi, wib)
+    w = torch.cat(ws)
+    for m, m16, inv_s in ((x, x16, xi), (w, w16, wi)):
+        e = torch.log2(inv_s)
+        assert torch.equal(e, e.round())                 # powers of two
+        big = m16.float().abs().amax(1)
+        nz = big > 0
+        assert ((big[nz] >= 2 ** 13) & (big[nz] < 2 ** 14)).all()
+        torch.testing.assert_close(m16.float() * inv_s[:, None], m, rtol=1e-3, atol=0)
