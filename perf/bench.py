@@ -1,8 +1,14 @@
-"""Device-side parts of the perf job: inputs, the implementations under test, timing, checks."""
+"""Device-side parts of the perf job: inputs, the implementations under test, timing, checks.
+
+Every timer takes the device: on a CUDA device the GPU time is CUDA-graph replay and a plain call
+is timed to a synchronize; on a CPU (the smoke run) wall-clock timers of back-to-back calls stand
+in for the replays, so every code path runs without a GPU.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from typing import Callable, Optional
@@ -13,11 +19,34 @@ from inductor_gqa import workloads as wl
 
 from . import stats
 
+# reduced sizes of the smoke run: both blocks with these head counts and hidden size (as the
+# package's CPU demo runs them)
+SMOKE_DIMS = dict(hidden=128, num_heads=4, num_kv_heads=2, head_dim=32)
+
+
+def is_cuda(device) -> bool:
+    return str(device).startswith("cuda")
+
+
+def sized(workload: wl.Workload, dims: Optional[dict]) -> wl.Workload:
+    """The workload with reduced sizes (its SOL and MACs follow them); itself without dims."""
+    return dataclasses.replace(workload, **dims) if dims else workload
+
+
+def block_fn(workload: wl.Workload, dims: Optional[dict]):
+    """The function form to compile: the workload's own function at full size, the same code
+    with the head counts bound as constants at reduced size."""
+    if not dims:
+        return workload.fn
+    return wl.workload_fn(workload, num_heads=dims["num_heads"],
+                          num_kv_heads=dims["num_kv_heads"], head_dim=dims["head_dim"])
+
 
 # ----------------------------------------------------------------------------------------- inputs
-def make_inputs(workload: wl.Workload, seq: int, batch: int, device, seed: int) -> dict:
+def make_inputs(workload: wl.Workload, seq: int, batch: int, device, seed: int,
+                dims: Optional[dict] = None) -> dict:
     """The workload's inputs, drawn on the device (fast for W092's weights)."""
-    return wl.make_inputs(workload, seq, batch, device=device, seed=seed)
+    return wl.make_inputs(workload, seq, batch, device=device, seed=seed, **(dims or {}))
 
 
 ACTIVATIONS = {"W075": ("hidden_states", "position_ids"), "W092": ("hidden_states", "cos", "sin")}
@@ -39,9 +68,9 @@ def mark_dynamic(inputs: dict, workload: wl.Workload, mode: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ forms
-def make_module(workload: wl.Workload, device) -> torch.nn.Module:
+def make_module(workload: wl.Workload, device, dims: Optional[dict] = None) -> torch.nn.Module:
     cls = wl.W075Attention if workload.name == "W075" else wl.W092Attention
-    mod = cls().to(device=device, dtype=workload.dtype)
+    mod = cls(**(dims or {})).to(device=device, dtype=workload.dtype)
     if workload.name == "W075":
         mod.rotary_emb.inv_freq = mod.rotary_emb.inv_freq.float()
     for p in mod.parameters():
@@ -97,26 +126,40 @@ def install_api() -> tuple[Callable, Callable]:
     return inst, uninst
 
 
+def per_case(impl: str, dynamic: str) -> bool:
+    """Whether an implementation compiles once per case (dynamo reset between cases)."""
+    return impl == "stock_static" or (impl != "eager" and dynamic == "static")
+
+
 @contextlib.contextmanager
-def implementation(impl: str):
-    """Context for one implementation: yields compile(callable) -> callable under test."""
+def implementation(impl: str, mode: Optional[str] = None, dynamic: str = "unbacked"):
+    """Context for one implementation: yields compile(callable) -> callable under test.
+
+    stock_static compiles with dynamic=False (so do all compiled implementations when
+    ``dynamic`` is "static"); the others leave Dynamo's default and get their symbolic B and S
+    from mark_dynamic on the inputs. ``mode``: torch.compile's mode (None: its default).
+    """
+    impl = stats.IMPL_ALIASES.get(impl, impl)
+    kw = {"mode": mode} if mode else {}
+    if per_case(impl, dynamic):
+        kw["dynamic"] = False
     if impl == "eager":
         yield lambda f: f
         return
-    if impl == "stock":
-        yield lambda f: torch.compile(f, backend="inductor")
+    if impl in stats.STOCKS:
+        yield lambda f: torch.compile(f, backend="inductor", **kw)
         return
     if impl == "backend":
         why = backend_available()
         if why:
             raise Unavailable(why)
-        yield lambda f: torch.compile(f, backend="inductor_gqa")
+        yield lambda f: torch.compile(f, backend="inductor_gqa", **kw)
         return
     if impl == "install":
         inst, uninst = install_api()
         inst()
         try:
-            yield lambda f: torch.compile(f)
+            yield lambda f: torch.compile(f, **kw)
         finally:
             uninst()
         return
@@ -124,6 +167,11 @@ def implementation(impl: str):
 
 
 # ----------------------------------------------------------------------------------------- timing
+def sync(device="cuda"):
+    if is_cuda(device):
+        torch.cuda.synchronize()
+
+
 def _sync():
     torch.cuda.synchronize()
 
@@ -176,6 +224,7 @@ def graph_time_us(call: Callable[[], object], replays: int, blocks: int, warmup:
     _sync()
     if info is not None:
         info["calls_per_graph"] = calls
+        info["timer"] = "cuda_graph"
     all_blocks = []
     for _ in range(blocks):
         ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -190,6 +239,33 @@ def graph_time_us(call: Callable[[], object], replays: int, blocks: int, warmup:
     return stats.summarize_blocks(all_blocks)
 
 
+def cpu_time_us(call: Callable[[], object], replays: int, blocks: int, warmup: int = 1,
+                info: Optional[dict] = None) -> tuple[float, list[float], float]:
+    """The CPU stand-in for graph_time_us: wall time of back-to-back calls, in the same blocks."""
+    for _ in range(warmup):
+        call()
+    if info is not None:
+        info["calls_per_graph"] = 1
+        info["timer"] = "cpu_wall"
+    all_blocks = []
+    for _ in range(blocks):
+        ts = []
+        for _ in range(replays):
+            t = time.perf_counter()
+            call()
+            ts.append((time.perf_counter() - t) * 1e6)
+        all_blocks.append(ts)
+    return stats.summarize_blocks(all_blocks)
+
+
+def device_time_us(call: Callable[[], object], device, replays: int, blocks: int,
+                   info: Optional[dict] = None) -> tuple[float, list[float], float]:
+    """GPU time (graph replay) on a CUDA device, its wall-clock stand-in on a CPU."""
+    if is_cuda(device):
+        return graph_time_us(call, replays, blocks, info=info)
+    return cpu_time_us(call, replays, blocks, info=info)
+
+
 _flush_buf: Optional[torch.Tensor] = None
 
 
@@ -201,48 +277,108 @@ def l2_flush() -> None:
     _flush_buf.zero_()
 
 
-def plain_time_us(call: Callable[[], object], runs: int) -> float:
-    """Median time of one plain call (kernels launched from Python), L2 flushed and the device
-    idle before each, so host overhead that the GPU waits for is included."""
+def plain_time_us(call: Callable[[], object], runs: int, device="cuda") -> tuple[float, float]:
+    """A plain call as a user makes it: from an idle device (L2 flushed, synchronized), wall time
+    from the call until the device is done (synchronize), host overhead included. Returns (median
+    over runs, relative interquartile spread)."""
     times = []
     for _ in range(runs):
-        l2_flush()
-        _sync()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+        if is_cuda(device):
+            l2_flush()
+        sync(device)
+        t = time.perf_counter()
         call()
-        b.record()
-        _sync()
-        times.append(a.elapsed_time(b) * 1e3)
-    return stats.median(times)
+        sync(device)
+        times.append((time.perf_counter() - t) * 1e6)
+    times.sort()
+    med = stats.median(times)
+    q1, q3 = times[len(times) // 4], times[(3 * len(times)) // 4]
+    return med, ((q3 - q1) / med if med > 0 else 0.0)
 
 
-def profile_call(call: Callable[[], object]) -> tuple[Optional[int], Optional[bool]]:
-    """(CUDA kernels launched by one call, whether inductor_gqa::attention_block ran)."""
+def _is_launch(name: str) -> bool:
+    # runtime and driver kernel launches (cudaLaunchKernel[ExC], cuLaunchKernel[Ex],
+    # cudaLaunchCooperativeKernel); not cudaGraphLaunch, memcpy or memset
+    return "LaunchKernel" in name or name.startswith("cuLaunch") or "LaunchCooperative" in name
+
+
+def _outer(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The intervals not nested in an earlier one (an op's dispatcher and Python events nest)."""
+    out = []
+    for s, e in sorted(intervals):
+        if out and s >= out[-1][0] and e <= out[-1][1]:
+            continue
+        out.append((s, e))
+    return out
+
+
+def _span(starts_ends: list[tuple[float, float]]) -> Optional[float]:
+    if not starts_ends:
+        return None
+    return max(e for _, e in starts_ends) - min(s for s, _ in starts_ends)
+
+
+def profile_call(call: Callable[[], object], device="cuda", calls: int = 3) -> dict:
+    """One profiled stretch of ``calls`` plain calls. Returns per call: ``kernels`` (CUDA kernels,
+    memcpy/memset excluded; None on a CPU), ``fused_ops`` (inductor_gqa::attention_block calls),
+    ``fused``, ``launch_span_us`` (host time from the call's first kernel launch to the end of its
+    last; median over calls) and ``block_host_us`` (the same within each fused op's range: the
+    block's own host time, median over the op calls; when no op range is seen, e.g. once the
+    block is an Inductor lowering, the call's span stands in and ``host_scope`` says "call").
+    On a CPU the op's child aten ops stand in for launches (``host_timer`` "cpu_ops")."""
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    _sync()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        call()
-        _sync()
-    kernels, fused = 0, False
-    for e in prof.events():
+    from torch.profiler import ProfilerActivity, profile, record_function
+    cuda = is_cuda(device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync(device)
+    with profile(activities=acts) as prof:
+        for _ in range(calls):
+            with record_function("perf.call"):
+                call()
+            sync(device)
+    evs = list(prof.events())
+    kernels = 0
+    launches, ops, call_ranges, aten = [], [], [], []
+    for e in evs:
+        tr = (e.time_range.start, e.time_range.end)
         if e.device_type == DeviceType.CUDA:
             if not e.name.startswith(("Memcpy", "Memset", "memcpy", "memset")):
                 kernels += 1
+        elif e.name == "perf.call":
+            call_ranges.append(tr)
         elif "attention_block" in e.name:
-            fused = True
-    return kernels, fused
+            ops.append(tr)
+        elif _is_launch(e.name):
+            launches.append(tr)
+        elif e.name.startswith("aten::"):
+            aten.append(tr)
+    ops = _outer(ops)
+    marks = launches if cuda else aten
+
+    def inside(rng):
+        return [m for m in marks if rng[0] <= m[0] <= rng[1]]
+
+    call_spans = [s for s in (_span(inside(c)) for c in call_ranges) if s is not None]
+    op_spans = [s for s in (_span(inside(o)) for o in ops) if s is not None]
+    out = {"kernels": (kernels // calls) if cuda else None,
+           "fused_ops": len(ops) / calls, "fused": bool(ops),
+           "launch_span_us": stats.median(call_spans) if call_spans else None,
+           "host_timer": "cuda_launches" if cuda else "cpu_ops"}
+    if op_spans:
+        out["block_host_us"], out["host_scope"] = stats.median(op_spans), "op"
+    elif call_spans:
+        out["block_host_us"], out["host_scope"] = out["launch_span_us"], "call"
+    return out
 
 
 # ----------------------------------------------------------------------------------------- checks
-def reference(workload: wl.Workload, inputs: dict) -> tuple:
+def reference(workload: wl.Workload, inputs: dict, fn=None) -> tuple:
     """Eager function form; fp32 under 'highest' precision (true fp32 matmuls)."""
     prev = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     try:
         with torch.no_grad():
-            return as_tuple(workload.fn(**inputs))
+            return as_tuple((fn or workload.fn)(**inputs))
     finally:
         torch.set_float32_matmul_precision(prev)
 
@@ -259,8 +395,8 @@ def check_outputs(workload: wl.Workload, seq: int, batch: int, outs: tuple, refs
     return {"passed": bool(passed), "fracs": fracs, "atol": atol, "rtol": workload.rtol}
 
 
-def wall(fn: Callable[[], object]) -> tuple[object, float]:
+def wall(fn: Callable[[], object], device="cuda") -> tuple[object, float]:
     t = time.perf_counter()
     out = fn()
-    torch.cuda.synchronize()
+    sync(device)
     return out, time.perf_counter() - t

@@ -1,11 +1,15 @@
-"""Merge the rows of finished runs per workload into one result set (JSON, markdown, plot).
+"""Merge the rows of finished runs into one result set (JSON, markdown, plot).
 
-    python -m perf.merge --take W075=runs/18cf826/results.json --take W092=runs/aab5fa9/results.json \
-        -o perf/results/nvidia-h200
+    python -m perf.merge --take W075/high=A/results.json --take W092=B/results.json \
+        --take first_call=C/results.json --take models=D/results.json -o perf/results/nvidia-h200
 
-Used when a run did not finish a workload (deadline) and an earlier run of the same code for that
-workload did, or when a change touched one precision only (``--take W075/high=...``): the merged
-file records where each workload's rows came from (settings.merged_from).
+Used when the job was split into several commands (each under the 10-minute limit), or when a
+change touched one workload or precision only. Selectors: ``W075`` every block and first-call
+row of that workload, ``W075/high`` one precision's; ``first_call``, ``first_call/W075`` or
+``first_call/W075/high`` first-call rows only; ``models`` every model row, ``models/llama`` one
+model's. A row taken twice keeps the later take's. The merged file records where its rows came
+from (settings.merged_from) and carries the within-run gate. Old-format runs are read as block
+rows.
 """
 
 from __future__ import annotations
@@ -18,34 +22,61 @@ import sys
 from . import stats
 
 
+def _wanted(selector: str):
+    head, _, rest = selector.partition("/")
+    if head == "models":
+        return lambda r: stats.kind(r) == "model" and (not rest or r.get("model") == rest)
+    kinds = ("block", "first_call")
+    if head == "first_call":
+        kinds = ("first_call",)
+        head, _, rest = rest.partition("/")
+    return lambda r: (stats.kind(r) in kinds and (not head or r.get("workload") == head)
+                      and (not rest or r.get("precision") == rest))
+
+
 def merge(takes: dict) -> dict:
     docs = {}
-    for w, path in takes.items():
+    for sel, path in takes.items():
         with open(path) as f:
-            docs[w] = json.load(f)
+            docs[sel] = stats.upgrade(json.load(f))
     first = next(iter(docs.values()))
     out = dict(first, rows=[], variants=[])
     out["settings"] = dict(first["settings"], merged_from=dict(takes))
-    for w, d in docs.items():
-        # "W075" takes every row of the workload, "W075/high" only that precision's
-        workload, _, prec = w.partition("/")
-
-        def wanted(r):
-            return r["workload"] == workload and (not prec or r.get("precision") == prec)
-
-        out["rows"] += [r for r in d["rows"] if wanted(r)]
-        out["variants"] += [v for v in d.get("variants", []) if wanted(v)]
-    out.pop("gate", None)
+    rows: dict = {}
+    notes = []
+    for sel, d in docs.items():
+        wanted = _wanted(sel)
+        for r in d["rows"]:
+            if wanted(r):
+                rows.pop(stats.row_key(r), None)
+                rows[stats.row_key(r)] = r
+        out["variants"] += [v for v in d.get("variants", []) if wanted(dict(
+            v, kind="model" if v.get("model") else "block"))]
+        if d["settings"].get("first_call_note") and any(
+                stats.kind(r) == "first_call" and wanted(r) for r in d["rows"]):
+            notes.append(f"{sel}: {d['settings']['first_call_note']}")
+    out["rows"] = list(rows.values())
+    out["settings"]["first_call_note"] = " ".join(notes) or None
+    for k in ("gate", "host_time"):
+        out.pop(k, None)
+    stats.add_ratios(out["rows"])
+    out["host_time"] = stats.host_time(out["rows"])
+    out["gate"] = stats.gate(out)        # the within-run rules over the merged rows
     return out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--take", action="append", required=True,
-                   help="WORKLOAD=results.json or WORKLOAD/PRECISION=results.json")
+                   help="SELECTOR=results.json (W075, W075/high, first_call, models, models/llama)")
     p.add_argument("-o", "--out", required=True)
     a = p.parse_args(argv)
-    takes = dict(t.split("=", 1) for t in a.take)
+    takes = {}
+    for t in a.take:
+        sel, _, path = t.partition("=")
+        if sel in takes:
+            raise SystemExit(f"selector {sel!r} given twice")
+        takes[sel] = path
     doc = merge(takes)
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "results.json"), "w") as f:

@@ -1,6 +1,19 @@
-"""Pure-Python parts of the perf job: statistics, noise threshold, gate, summaries, tables, schema.
+"""Pure-Python parts of the perf job: row kinds and keys, statistics, noise threshold, the gate,
+summaries, tables, schema.
 
 Nothing here needs a GPU (or torch); tests/perf/ covers it on CPU.
+
+Rows. Every row of a result document has a ``kind``; its key fields identify it within a run and
+across runs (the gate matches a run's rows with a baseline's by key):
+
+| kind | key fields | what it measures |
+| --- | --- | --- |
+| ``block`` | workload, precision, impl, form, seq, batch | one attention block (W075/W092) |
+| ``first_call`` | workload, precision, impl, form, seq, batch, cache | the first call of a new shape in a fresh process, cache ``cold`` or ``warm`` |
+| ``model`` | model, attn, task, impl, seq, batch | a whole model; task ``prefill`` (forward, no_grad) now, ``train`` (forward + backward, peak memory) reserved |
+
+A new kind (or task) needs an entry in KINDS (and METRICS for the gate); the gate and the tables
+handle the rest by kind.
 """
 
 from __future__ import annotations
@@ -9,20 +22,40 @@ import math
 import statistics
 from typing import Callable, Iterable, Optional
 
-SCHEMA = "inductor_gqa.perf/1"
+SCHEMA = "inductor_gqa.perf/2"
+# schema 1: block rows only, no kind field, impl "stock" = stock torch.compile with the job's
+# dynamic shapes, plain_us timed with CUDA events around the call
+OLD_SCHEMAS = ("inductor_gqa.perf/1",)
 
-# Implementations, in table order. "stock" is plain torch.compile; "backend" is
-# torch.compile(backend="inductor_gqa"); "install" is plain torch.compile after inductor_gqa.install().
-IMPLS = ("eager", "stock", "backend", "install")
-IMPL_LABELS = {"eager": "eager", "stock": "torch.compile", "backend": "backend=inductor_gqa",
+# Implementations, in table order. stock_static: torch.compile(f, dynamic=False), compiled per
+# case (stock at its best); stock_dynamic: torch.compile(f) with the same dynamic shapes as ours;
+# backend: torch.compile(f, backend="inductor_gqa"); install: plain torch.compile after
+# inductor_gqa.install().
+IMPLS = ("eager", "stock_static", "stock_dynamic", "backend", "install")
+IMPL_ALIASES = {"stock": "stock_dynamic"}      # schema 1's name
+IMPL_LABELS = {"eager": "eager", "stock_static": "torch.compile static",
+               "stock_dynamic": "torch.compile dynamic", "backend": "backend=inductor_gqa",
                "install": "install()"}
 OURS = ("backend", "install")
+STOCKS = ("stock_static", "stock_dynamic")
 FORMS = ("fn", "module")
+
+KINDS = {
+    "block": ("workload", "precision", "impl", "form", "seq", "batch"),
+    "first_call": ("workload", "precision", "impl", "form", "seq", "batch", "cache"),
+    "model": ("model", "attn", "task", "impl", "seq", "batch"),
+}
+# per kind: the time the baseline gate compares, and whether a row of that kind reports fusion
+METRICS = {"block": "gpu_us", "model": "gpu_us", "first_call": "first_call_s"}
+TASKS = ("prefill", "train")       # "train": forward + backward with peak memory (not run yet)
 
 DEFAULT_NOISE_FLOOR = 0.05   # smallest slowdown the gate ever calls a regression (5%)
 DEFAULT_NOISE_K = 2.0        # multiple of the measured spread that still counts as noise
-
-ROW_KEYS = ("workload", "precision", "impl", "form", "seq", "batch", "status")
+DEFAULT_PLAIN_TOL = 0.05     # ours' plain call may be this much slower than stock's best
+DEFAULT_FIRST_CALL_TOL = 0.25   # first call: allowed relative growth over the baseline ...
+DEFAULT_FIRST_CALL_SLACK_S = 2.0   # ... plus this many seconds (process and compile noise)
+HOST_TARGET_US = 30.0        # the block's own host time at W075 131x1 (issue target)
+HOST_CASE = ("W075", "high", 131, 1)
 
 
 # ------------------------------------------------------------------------------------- statistics
@@ -56,10 +89,15 @@ def threshold(spread_base: Optional[float], spread_cur: Optional[float],
     return max(floor, k * s)
 
 
-def floor_for(floor, workload: str) -> float:
-    """The noise floor of one workload: a number, or a {workload: number} mapping."""
+def floor_for(floor, row_or_workload) -> float:
+    """The noise floor of one row: a number, or a {workload: number} mapping ("models" for model
+    rows)."""
     if isinstance(floor, dict):
-        return floor.get(workload, DEFAULT_NOISE_FLOOR)
+        if isinstance(row_or_workload, dict):
+            name = row_or_workload.get("workload") or "models"
+        else:
+            name = row_or_workload
+        return floor.get(name, DEFAULT_NOISE_FLOOR)
     return floor
 
 
@@ -68,8 +106,9 @@ def derive_floor(run_a: dict, run_b: dict, quantile: float = 0.95,
                  workload: Optional[str] = None) -> dict:
     """Run-to-run noise from two full runs of the same code on the same kind of GPU.
 
-    For every case timed OK in both, r = |t_b / t_a - 1| (GPU time). Returns the distribution and a
-    suggested floor: the `quantile` of r rounded up to the next 0.5%, at least 1%.
+    For every block or model row timed OK in both, r = |t_b / t_a - 1| (GPU time). Returns the
+    distribution and a suggested floor: the `quantile` of r rounded up to the next 0.5%, at
+    least 1%.
     """
     a = index_rows(run_a)
     b = index_rows(run_b)
@@ -77,11 +116,13 @@ def derive_floor(run_a: dict, run_b: dict, quantile: float = 0.95,
     rs = []
     for key, ra in a.items():
         rb = b.get(key)
+        if kind(ra) not in ("block", "model"):
+            continue
         if rb is None or ra.get("status") != "ok" or rb.get("status") != "ok":
             continue
         if impls and ra["impl"] not in impls:
             continue
-        if workload and ra["workload"] != workload:
+        if workload and (ra.get("workload") or "models") != workload:
             continue
         if not ra.get("gpu_us") or not rb.get("gpu_us"):
             continue
@@ -95,40 +136,100 @@ def derive_floor(run_a: dict, run_b: dict, quantile: float = 0.95,
 
 
 # ------------------------------------------------------------------------------------------- rows
+def kind(row: dict) -> str:
+    return row.get("kind", "block")
+
+
 def case_label(seq: int, batch: int) -> str:
     return f"S{seq}xB{batch}"
 
 
 def row_key(row: dict) -> str:
-    return "/".join((row["workload"], row["precision"], row["impl"], row["form"],
-                     case_label(row["seq"], row["batch"])))
+    """A row's identity: block rows keep schema 1's form (W075/high/backend/fn/S128xB4), other
+    kinds are prefixed with the kind."""
+    k = kind(row)
+    fields = KINDS[k]
+    parts = []
+    for f in fields:
+        if f == "seq":
+            parts.append(case_label(row["seq"], row["batch"]))
+        elif f != "batch":
+            parts.append(str(row[f]))
+    return "/".join(parts if k == "block" else [k] + parts)
+
+
+def peer(by: dict, row: dict, impl: str) -> Optional[dict]:
+    """The row of another implementation for the same case (same kind and other key fields)."""
+    return by.get(row_key(dict(row, impl=impl)))
 
 
 def index_rows(result: dict) -> dict:
     return {row_key(r): r for r in result.get("rows", [])}
 
 
+def upgrade(doc: dict) -> dict:
+    """A schema-1 document in schema 2's terms: block rows, stock -> stock_dynamic. Its plain_us
+    were timed with CUDA events (not wall time to a synchronize): kept as plain_us_events."""
+    if doc.get("schema") not in OLD_SCHEMAS:
+        return doc
+    out = dict(doc, schema=SCHEMA, upgraded_from=doc.get("schema"), rows=[])
+    for r in doc.get("rows", []):
+        r = dict(r, kind="block", impl=IMPL_ALIASES.get(r["impl"], r["impl"]))
+        if "plain_us" in r:
+            r["plain_us_events"] = r.pop("plain_us")
+        out["rows"].append(r)
+    out["variants"] = [dict(v, impl=IMPL_ALIASES.get(v["impl"], v["impl"]))
+                       for v in doc.get("variants", [])]
+    return out
+
+
+def best_stock_plain(by: dict, row: dict) -> Optional[tuple[str, float]]:
+    """(impl, plain_us) of the faster stock row for the same case, if any was timed."""
+    best = None
+    for s in STOCKS:
+        p = peer(by, row, s)
+        if p and p.get("plain_us"):
+            if best is None or p["plain_us"] < best[1]:
+                best = (s, p["plain_us"])
+    return best
+
+
 def add_ratios(rows: list[dict]) -> None:
-    """Fill speedup_vs_eager / speedup_vs_stock (same workload, precision, form, case) in place."""
+    """Per block/model row, in place: speedup_vs_<impl> (that impl's gpu_us over this row's; > 1
+    is faster) for eager and both stock settings, plain_vs_stock (this row's plain_us over the
+    faster stock row's; < 1 is faster) and, for block rows, frac_sol."""
     by = {row_key(r): r for r in rows}
     for r in rows:
-        for other, field in (("eager", "speedup_vs_eager"), ("stock", "speedup_vs_stock")):
-            ref = by.get(row_key(dict(r, impl=other)))
-            ok = (ref is not None and r.get("gpu_us") and ref.get("gpu_us"))
-            r[field] = (ref["gpu_us"] / r["gpu_us"]) if ok else None
-        r["frac_sol"] = (r["sol_us"] / r["gpu_us"]) if r.get("gpu_us") and r.get("sol_us") else None
+        if kind(r) not in ("block", "model"):
+            continue
+        for other in ("eager",) + STOCKS:
+            ref = peer(by, r, other)
+            ok = ref is not None and r.get("gpu_us") and ref.get("gpu_us")
+            r[f"speedup_vs_{other}"] = (ref["gpu_us"] / r["gpu_us"]) if ok else None
+        best = best_stock_plain(by, r)
+        r["plain_vs_stock"] = (r["plain_us"] / best[1]) if best and r.get("plain_us") else None
+        if kind(r) == "block":
+            r["frac_sol"] = ((r["sol_us"] / r["gpu_us"])
+                             if r.get("gpu_us") and r.get("sol_us") else None)
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.fmean(xs) if xs else None
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """Means over cases per (workload, precision, impl, form).
+    """Block rows: means over cases per (workload, precision, impl, form).
 
-    gpu_us / sol_us: arithmetic means over the cases timed OK; vs_stock: mean time over the stock
-    compile's mean time on the same cases (> 1 is slower); frac_sol: mean SOL / mean time; checks:
-    passed / checked.
+    gpu_us / plain_us / sol_us: arithmetic means over the cases timed OK; vs_<stock>: mean GPU
+    time over that stock row's mean on the same cases (> 1 is slower); plain_vs_stock: mean plain
+    time over the faster stock row's mean plain time on the same cases; frac_sol: mean SOL / mean
+    time; checks: passed / checked.
     """
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["workload"], r["precision"], r["impl"], r["form"]), []).append(r)
+        if kind(r) == "block":
+            groups.setdefault((r["workload"], r["precision"], r["impl"], r["form"]), []).append(r)
     by = {row_key(r): r for r in rows}
     out = []
     for (w, p, impl, form), rs in groups.items():
@@ -138,19 +239,24 @@ def summarize(rows: list[dict]) -> list[dict]:
         s = {"workload": w, "precision": p, "impl": impl, "form": form, "cases": len(rs),
              "timed": len(ok), "checked": len(checked), "passed": len(passed),
              "errors": sum(1 for r in rs if r.get("status") == "error"),
-             "gpu_us": None, "plain_us": None, "sol_us": None, "vs_stock": None,
-             "frac_sol": None}
+             "gpu_us": None, "plain_us": None, "sol_us": None, "frac_sol": None,
+             "vs_stock_static": None, "vs_stock_dynamic": None, "plain_vs_stock": None}
         if ok:
             s["gpu_us"] = statistics.fmean(r["gpu_us"] for r in ok)
             s["sol_us"] = statistics.fmean(r["sol_us"] for r in ok)
             s["frac_sol"] = s["sol_us"] / s["gpu_us"]
-            plain = [r["plain_us"] for r in ok if r.get("plain_us")]
-            s["plain_us"] = statistics.fmean(plain) if plain else None
-            pairs = [(r["gpu_us"], by[row_key(dict(r, impl="stock"))]["gpu_us"]) for r in ok
-                     if by.get(row_key(dict(r, impl="stock")), {}).get("gpu_us")]
+            s["plain_us"] = _mean(r.get("plain_us") for r in ok)
+            for st in STOCKS:
+                pairs = [(r["gpu_us"], peer(by, r, st)["gpu_us"]) for r in ok
+                         if (peer(by, r, st) or {}).get("gpu_us")]
+                if pairs:
+                    s[f"vs_{st}"] = (statistics.fmean(a for a, _ in pairs)
+                                     / statistics.fmean(b for _, b in pairs))
+            pairs = [(r["plain_us"], best_stock_plain(by, r)[1]) for r in ok
+                     if r.get("plain_us") and best_stock_plain(by, r)]
             if pairs:
-                s["vs_stock"] = (statistics.fmean(a for a, _ in pairs)
-                                 / statistics.fmean(b for _, b in pairs))
+                s["plain_vs_stock"] = (statistics.fmean(a for a, _ in pairs)
+                                       / statistics.fmean(b for _, b in pairs))
         out.append(s)
     order = {i: n for n, i in enumerate(IMPLS)}
     out.sort(key=lambda s: (s["workload"], s["precision"] != "highest", order.get(s["impl"], 9),
@@ -158,10 +264,27 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+def host_time(rows: list[dict], case: tuple = HOST_CASE) -> Optional[dict]:
+    """The block's own host time at ``case`` (workload, precision, S, B; W075 "high" 131x1 by
+    default) for our backend (function form first): the row's block_host_us and its source."""
+    w, p, s, b = case
+    cands = [r for r in rows if kind(r) == "block" and r.get("workload") == w
+             and r.get("precision") == p and r.get("seq") == s and r.get("batch") == b
+             and r.get("impl") in OURS and r.get("block_host_us") is not None]
+    if not cands:
+        return None
+    cands.sort(key=lambda r: (r["impl"] != "backend", r["form"] != "fn"))
+    r = cands[0]
+    return {"key": row_key(r), "us": r["block_host_us"], "scope": r.get("host_scope"),
+            "timer": r.get("host_timer"), "target_us": HOST_TARGET_US,
+            "met": r["block_host_us"] <= HOST_TARGET_US}
+
+
 # ------------------------------------------------------------------------------------------- gate
 def check_failures(result: dict, only=None, exclude=None) -> list[str]:
     """Rows whose correctness check failed (only: those impls; exclude: all but those impls)."""
     out = []
+    by = {row_key(r): r for r in result.get("rows", [])}
     for r in result.get("rows", []):
         if only is not None and r["impl"] not in only:
             continue
@@ -169,73 +292,158 @@ def check_failures(result: dict, only=None, exclude=None) -> list[str]:
             continue
         c = r.get("check")
         if c and not c.get("passed"):
+            # the stock rows' checks of the same case, for context (a rule stock misses too)
+            ctx = [f"{IMPL_LABELS[s]} {check_cell(p)}" for s in STOCKS if s != r["impl"]
+                   for p in [peer(by, r, s)] if p and p.get("check")]
             out.append(f"{row_key(r)}: correctness check failed "
-                       f"(min pass fraction {c.get('min_frac', 0.0):.4f} < 0.99)")
+                       f"(min pass fraction {c.get('min_frac', 0.0):.4f} < 0.99"
+                       + (f"; {', '.join(ctx)}" if ctx else "") + ")")
     return out
 
 
-def gate(current: dict, baseline: dict, floor: Optional[float] = None,
-         k: float = DEFAULT_NOISE_K, impls: Optional[Iterable[str]] = OURS,
-         scope: Optional[Callable[[dict], bool]] = None) -> dict:
-    """Compare a run with a baseline. Returns {"ok", "failures", "regressions", "compared", ...}.
+def within_run(current: dict, impls: Optional[Iterable[str]] = OURS,
+               plain_tol: float = DEFAULT_PLAIN_TOL, noise_k: float = DEFAULT_NOISE_K,
+               gpu_tol: float = DEFAULT_NOISE_FLOOR) -> dict:
+    """The rules that need no baseline. For gated implementations (ours by default):
 
-    A failure is: a correctness check of a gated implementation that failed in the current run
-    (failed checks of other implementations are listed as warnings); a gated baseline row that
-    is missing, errored or unavailable now; a row whose GPU time grew by more than threshold();
-    a row that ran the fused op in the baseline and does not now; a run on another GPU model
-    than the baseline's (its times say nothing about a regression: a machine pool may hand out
-    an H100 for an H200).
-    ``scope(baseline_row)``: whether the run was asked for that row (a run of some workloads or
-    cases); rows outside it are counted in "outside", not required.
+    - a correctness check failed (other implementations' failed checks are warnings);
+    - a row errored;
+    - block rows: a plain call slower than the faster stock row's plain call of the same case by
+      more than plain_tol;
+    - model rows: a layer not fused (fused_layers < layers); a plain call slower than stock's by
+      more than plain_tol; GPU time slower than stock's by more than max(gpu_tol, k * spread).
     """
-    if floor is None:
-        floor = baseline.get("settings", {}).get("noise_floor", DEFAULT_NOISE_FLOOR)
     impls = set(impls) if impls else None
-    cur = index_rows(current)
-    failures, regressions, improvements = [], [], []
+    rows = current.get("rows", [])
+    by = {row_key(r): r for r in rows}
+    failures = check_failures(current, only=impls)
+    warnings = check_failures(current, exclude=impls) if impls else []
+    plain_slower = []
+    for r in rows:
+        if impls and r["impl"] not in impls:
+            continue
+        key, k = row_key(r), kind(r)
+        if r.get("status") == "error":
+            failures.append(f"{key}: error ({(r.get('error') or '')[:200]})")
+            continue
+        if k not in ("block", "model") or r.get("status") != "ok":
+            continue
+        best = best_stock_plain(by, r)
+        if best and r.get("plain_us") and r["plain_us"] > best[1] * (1 + plain_tol):
+            plain_slower.append(key)
+            failures.append(f"{key}: plain call {r['plain_us']:.1f} us, slower than stock's "
+                            f"{best[1]:.1f} us ({IMPL_LABELS[best[0]]}; "
+                            f"+{(r['plain_us'] / best[1] - 1) * 100:.1f}%, allowed "
+                            f"{plain_tol * 100:.0f}%)")
+        if k != "model":
+            continue
+        if r.get("layers") is not None and (r.get("fused_layers") or 0) < r["layers"]:
+            why = ", ".join(f"{n} x{c}" for n, c in sorted((r.get("rejected") or {}).items()))
+            failures.append(f"{key}: {r.get('fused_layers') or 0} of {r['layers']} layers fused"
+                            + (f" ({why})" if why else ""))
+        st = peer(by, r, "stock_static") or peer(by, r, "stock_dynamic")
+        if st and st.get("gpu_us") and r.get("gpu_us"):
+            thr = threshold(st.get("spread"), r.get("spread"), gpu_tol, noise_k)
+            if r["gpu_us"] > st["gpu_us"] * (1 + thr):
+                failures.append(f"{key}: GPU time {r['gpu_us']:.1f} us, slower than stock's "
+                                f"{st['gpu_us']:.1f} us (+{(r['gpu_us'] / st['gpu_us'] - 1) * 100:.1f}%, "
+                                f"allowed {thr * 100:.1f}%)")
+    return {"failures": failures, "warnings": warnings, "plain_slower": plain_slower}
+
+
+def gate(current: dict, baseline: Optional[dict] = None, floor=None,
+         k: float = DEFAULT_NOISE_K, impls: Optional[Iterable[str]] = OURS,
+         scope: Optional[Callable[[dict], bool]] = None,
+         plain_tol: float = DEFAULT_PLAIN_TOL,
+         first_call_tol: float = DEFAULT_FIRST_CALL_TOL,
+         first_call_slack_s: float = DEFAULT_FIRST_CALL_SLACK_S) -> dict:
+    """The within-run rules (within_run) and, with a baseline, the comparison with it.
+
+    Against a baseline, a failure is: a gated baseline row that is missing, errored or
+    unavailable now; a block or model row whose GPU time grew by more than threshold(); a row that
+    ran the fused op in the baseline and does not now; a first call that grew by more than
+    first_call_tol plus first_call_slack_s; a run on another GPU model than the baseline's (its
+    times say nothing about a regression: a machine pool may hand out an H100 for an H200).
+    ``scope(baseline_row)``: whether the run was asked for that row (a run of some workloads or
+    cases); rows outside it are counted in "outside", not required. A schema-1 baseline is
+    compared on its block rows' GPU times only, for the (workload, precision, impl, form) this
+    run has; the gate says so.
+    """
+    impls = set(impls) if impls else None
+    w = within_run(current, impls, plain_tol, k)
+    failures, warnings = list(w["failures"]), list(w["warnings"])
+    regressions, improvements, notes = [], [], []
     compared = outside = 0
-    warnings = check_failures(current, exclude=impls)
-    failures += check_failures(current, only=impls)
-    env, base_env = current.get("env", {}), baseline.get("env", {})
-    if env.get("gpu") and base_env.get("gpu") and env["gpu"] != base_env["gpu"]:
-        failures.append(f"this run's GPU ({env['gpu']}) is not the baseline's "
-                        f"({base_env['gpu']}): its times cannot be compared with it")
-    for lib in ("torch", "triton"):     # the same code may compile differently: say so
-        if env.get(lib) and base_env.get(lib) and env[lib] != base_env[lib]:
-            warnings.append(f"{lib} {env[lib]} here, {base_env[lib]} in the baseline")
-    for key, b in index_rows(baseline).items():
-        if b.get("status") != "ok" or not b.get("gpu_us"):
-            continue
-        if impls and b["impl"] not in impls:
-            continue
-        if scope is not None and not scope(b):
-            outside += 1
-            continue
-        r = cur.get(key)
-        if r is None:
-            failures.append(f"{key}: in the baseline but not in this run")
-            continue
-        if r.get("status") != "ok" or not r.get("gpu_us"):
-            failures.append(f"{key}: {r.get('status')} now ({r.get('error') or 'no time'})")
-            continue
-        compared += 1
-        ratio = r["gpu_us"] / b["gpu_us"]
-        thr = threshold(b.get("spread"), r.get("spread"), floor_for(floor, b["workload"]), k)
-        entry = {"key": key, "base_us": b["gpu_us"], "cur_us": r["gpu_us"], "ratio": ratio,
-                 "threshold": thr}
-        if ratio > 1.0 + thr:
-            regressions.append(entry)
-            failures.append(f"{key}: {b['gpu_us']:.1f} -> {r['gpu_us']:.1f} us "
-                            f"(+{(ratio - 1) * 100:.1f}%, threshold {thr * 100:.1f}%)")
-        elif ratio < 1.0 / (1.0 + thr):
-            improvements.append(entry)
-        if b.get("fused") and not r.get("fused"):
-            failures.append(f"{key}: ran the fused op in the baseline, does not now")
-    return {"ok": not failures, "failures": failures, "warnings": warnings,
-            "regressions": regressions,
-            "improvements": improvements, "compared": compared, "outside": outside,
-            "noise_floor": floor,
-            "noise_k": k, "impls": sorted(impls) if impls else "all"}
+    base_schema = None
+    if baseline is not None:
+        base_schema = baseline.get("schema")
+        if floor is None:
+            floor = baseline.get("settings", {}).get("noise_floor", DEFAULT_NOISE_FLOOR)
+        old = base_schema in OLD_SCHEMAS
+        if old:
+            baseline = upgrade(baseline)
+            present = {(r.get("workload"), r.get("precision"), r["impl"], r.get("form"))
+                       for r in current.get("rows", []) if kind(r) == "block"}
+            notes.append(f"the baseline is in the old format ({base_schema}): only its block "
+                         "rows' GPU times are compared (it has no plain-call, first-call or model "
+                         "rows); promote a run of this job to make a new one")
+        elif base_schema != SCHEMA:
+            failures.append(f"the baseline's schema is {base_schema!r}, not {SCHEMA!r}: "
+                            "not compared")
+            baseline = {"rows": []}
+        env, base_env = current.get("env", {}), baseline.get("env", {})
+        if env.get("gpu") and base_env.get("gpu") and env["gpu"] != base_env["gpu"]:
+            failures.append(f"this run's GPU ({env['gpu']}) is not the baseline's "
+                            f"({base_env['gpu']}): its times cannot be compared with it")
+        for lib in ("torch", "triton"):     # the same code may compile differently: say so
+            if env.get(lib) and base_env.get(lib) and env[lib] != base_env[lib]:
+                warnings.append(f"{lib} {env[lib]} here, {base_env[lib]} in the baseline")
+        cur = index_rows(current)
+        for key, b in index_rows(baseline).items():
+            kd = kind(b)
+            metric = METRICS.get(kd)
+            if metric is None or b.get("status") != "ok" or not b.get(metric):
+                continue
+            if impls and b["impl"] not in impls:
+                continue
+            if (scope is not None and not scope(b)) or (
+                    old and (b.get("workload"), b.get("precision"), b["impl"], b.get("form"))
+                    not in present):
+                outside += 1
+                continue
+            r = cur.get(key)
+            if r is None:
+                failures.append(f"{key}: in the baseline but not in this run")
+                continue
+            if r.get("status") != "ok" or not r.get(metric):
+                failures.append(f"{key}: {r.get('status')} now ({r.get('error') or 'no time'})")
+                continue
+            compared += 1
+            ratio = r[metric] / b[metric]
+            if kd == "first_call":
+                limit = b[metric] * (1 + first_call_tol) + first_call_slack_s
+                thr = limit / b[metric] - 1
+                unit, fmt = "s", "{:.2f}"
+            else:
+                thr = threshold(b.get("spread"), r.get("spread"), floor_for(floor, b), k)
+                unit, fmt = "us", "{:.1f}"
+            entry = {"key": key, "base": b[metric], "cur": r[metric], "ratio": ratio,
+                     "threshold": thr, "unit": unit}
+            if ratio > 1.0 + thr:
+                regressions.append(entry)
+                failures.append(f"{key}: {fmt.format(b[metric])} -> {fmt.format(r[metric])} "
+                                f"{unit} (+{(ratio - 1) * 100:.1f}%, threshold "
+                                f"{thr * 100:.1f}%)")
+            elif ratio < 1.0 / (1.0 + thr):
+                improvements.append(entry)
+            if b.get("fused") and not r.get("fused"):
+                failures.append(f"{key}: ran the fused op in the baseline, does not now")
+    return {"ok": not failures, "failures": failures, "warnings": warnings, "notes": notes,
+            "regressions": regressions, "improvements": improvements, "compared": compared,
+            "outside": outside, "noise_floor": floor if floor is not None else DEFAULT_NOISE_FLOOR,
+            "noise_k": k, "impls": sorted(impls) if impls else "all", "plain_tol": plain_tol,
+            "plain_slower": w["plain_slower"], "baseline": baseline is not None,
+            "baseline_schema": base_schema}
 
 
 # ----------------------------------------------------------------------------------------- format
@@ -259,76 +467,161 @@ def check_cell(r: dict) -> str:
 
 
 def summary_table(summary: list[dict]) -> str:
-    header = ["workload", "prec", "impl", "form", "GPU us", "plain us", "vs stock", "SOL frac",
-              "checks"]
+    header = ["workload", "prec", "impl", "form", "GPU us", "plain us", "plain/stock",
+              "GPU/stock static", "GPU/stock dyn", "SOL frac", "checks"]
     rows = []
     for s in summary:
         checks = f"{s['passed']}/{s['checked']}" + (" FAIL" if s["passed"] < s["checked"] else "")
         if s["errors"]:
             checks += f" ({s['errors']} err)"
         rows.append([s["workload"], s["precision"], IMPL_LABELS.get(s["impl"], s["impl"]),
-                     s["form"], _f(s["gpu_us"]), _f(s["plain_us"]), _f(s["vs_stock"], "{:.3f}"),
-                     _f(s["frac_sol"], "{:.3f}"), checks])
+                     s["form"], _f(s["gpu_us"]), _f(s["plain_us"]),
+                     _f(s["plain_vs_stock"], "{:.3f}"), _f(s["vs_stock_static"], "{:.3f}"),
+                     _f(s["vs_stock_dynamic"], "{:.3f}"), _f(s["frac_sol"], "{:.3f}"), checks])
     return md_table(header, rows)
 
 
+def _fused_cell(r: dict) -> str:
+    return {True: "yes", False: "no"}.get(r.get("fused"), "-")
+
+
 def case_table(rows: list[dict]) -> str:
-    header = ["case", "impl", "form", "GPU us", "spread", "plain us", "kernels", "fused",
-              "x eager", "x stock", "SOL us", "SOL frac", "check"]
+    header = ["case", "impl", "form", "GPU us", "spread", "plain us", "plain/stock",
+              "x eager", "x stock static", "x stock dyn", "SOL us", "SOL frac", "kernels",
+              "fused", "host us", "check"]
     out = []
     for r in rows:
         status = r.get("status")
         out.append([case_label(r["seq"], r["batch"]), IMPL_LABELS.get(r["impl"], r["impl"]),
                     r["form"], _f(r.get("gpu_us")) if status == "ok" else status,
                     _f(r.get("spread"), "{:.1%}"), _f(r.get("plain_us")),
-                    _f(r.get("kernels"), "{}"), {True: "yes", False: "no"}.get(r.get("fused"), "-"),
+                    _f(r.get("plain_vs_stock"), "{:.2f}"),
                     _f(r.get("speedup_vs_eager"), "{:.2f}"),
-                    _f(r.get("speedup_vs_stock"), "{:.2f}"), _f(r.get("sol_us")),
-                    _f(r.get("frac_sol"), "{:.3f}"), check_cell(r)])
+                    _f(r.get("speedup_vs_stock_static"), "{:.2f}"),
+                    _f(r.get("speedup_vs_stock_dynamic"), "{:.2f}"), _f(r.get("sol_us")),
+                    _f(r.get("frac_sol"), "{:.3f}"), _f(r.get("kernels"), "{}"), _fused_cell(r),
+                    _f(r.get("block_host_us")), check_cell(r)])
     return md_table(header, out)
+
+
+def first_call_table(rows: list[dict]) -> str:
+    """First calls per case and implementation: cold cache / warm cache, seconds."""
+    fc = [r for r in rows if kind(r) == "first_call"]
+    cases: dict[tuple, dict] = {}
+    impls = []
+    for r in fc:
+        c = cases.setdefault((r["workload"], r["precision"], r["form"], r["seq"], r["batch"]), {})
+        if r["impl"] not in impls:
+            impls.append(r["impl"])
+        val = (_f(r.get("first_call_s"), "{:.1f}") if r.get("status") == "ok"
+               else r.get("status", "-"))
+        c.setdefault(r["impl"], {})[r["cache"]] = val
+    order = {i: n for n, i in enumerate(IMPLS)}
+    impls.sort(key=lambda i: order.get(i, 9))
+    header = ["workload", "prec", "form", "case"] + [
+        f"{IMPL_LABELS.get(i, i)} cold / warm s" for i in impls]
+    body = []
+    for (w, p, form, s, b), c in cases.items():
+        body.append([w, p, form, case_label(s, b)] + [
+            f"{c.get(i, {}).get('cold', '-')} / {c.get(i, {}).get('warm', '-')}" for i in impls])
+    return md_table(header, body)
+
+
+def model_table(rows: list[dict]) -> str:
+    header = ["model", "attn", "task", "case", "impl", "GPU us", "spread", "plain us",
+              "plain/stock", "x eager", "x stock", "fused layers", "peak MiB", "check"]
+    body = []
+    for r in rows:
+        if kind(r) != "model":
+            continue
+        status = r.get("status")
+        fused = ("-" if r.get("layers") is None or r["impl"] not in OURS
+                 else f"{r.get('fused_layers') or 0}/{r['layers']}")
+        body.append([r["model"], r["attn"], r["task"], case_label(r["seq"], r["batch"]),
+                     IMPL_LABELS.get(r["impl"], r["impl"]),
+                     _f(r.get("gpu_us")) if status == "ok" else status,
+                     _f(r.get("spread"), "{:.1%}"), _f(r.get("plain_us")),
+                     _f(r.get("plain_vs_stock"), "{:.2f}"),
+                     _f(r.get("speedup_vs_eager"), "{:.2f}"),
+                     _f(r.get("speedup_vs_stock_static") or r.get("speedup_vs_stock_dynamic"),
+                        "{:.2f}"),
+                     fused, _f(r.get("peak_mib"), "{:.0f}"), check_cell(r)])
+    return md_table(header, body)
 
 
 def gate_text(g: dict) -> str:
     fl = g["noise_floor"]
     fl = (", ".join(f"{w} {v * 100:.1f}%" for w, v in sorted(fl.items())) if isinstance(fl, dict)
           else f"{fl * 100:.1f}%")
-    lines = [f"gate: {'PASS' if g['ok'] else 'FAIL'} ({g['compared']} timed rows compared, "
-             f"implementations {g['impls']}, floor {fl}, k {g['noise_k']})"]
+    base = (f"{g['compared']} baseline rows compared, floor {fl}, k {g['noise_k']}"
+            if g.get("baseline") else "no baseline: within-run rules only")
+    lines = [f"gate: {'PASS' if g['ok'] else 'FAIL'} ({base}; implementations {g['impls']}, "
+             f"plain calls within {g.get('plain_tol', DEFAULT_PLAIN_TOL) * 100:.0f}% of stock's)"]
+    lines += [f"  note: {n}" for n in g.get("notes", [])]
     if g.get("outside"):
         lines.append(f"  {g['outside']} baseline rows outside this run's selection, not compared")
     lines += [f"  FAIL {f}" for f in g["failures"]]
     lines += [f"  warning (not gated) {w}" for w in g.get("warnings", [])]
     for e in g["improvements"]:
-        lines.append(f"  faster {e['key']}: {e['base_us']:.1f} -> {e['cur_us']:.1f} us "
+        unit = e.get("unit", "us")
+        lines.append(f"  faster {e['key']}: {e['base']:.1f} -> {e['cur']:.1f} {unit} "
                      f"({(e['ratio'] - 1) * 100:+.1f}%)")
     return "\n".join(lines)
 
 
 def markdown_report(result: dict) -> str:
     env, st = result.get("env", {}), result.get("settings", {})
+    rows = result.get("rows", [])
     parts = [f"# Perf results: {env.get('gpu', '?')}", "",
-             f"torch {env.get('torch')}, triton {env.get('triton')}, commit "
-             f"{env.get('git_commit')}, dynamic={st.get('dynamic')}, "
-             f"{st.get('blocks')}x{st.get('replays')} graph replays, "
-             f"{st.get('plain_runs')} plain launches, {st.get('check_rounds')} check rounds.", "",
-             "## Summary (means over cases)", "", summary_table(summarize(result["rows"])), ""]
+             f"torch {env.get('torch')}, triton {env.get('triton')}, transformers "
+             f"{env.get('transformers')}, commit {env.get('git_commit')}, "
+             f"dynamic={st.get('dynamic')}, mode={st.get('mode')}, "
+             f"{st.get('blocks')}x{st.get('replays')} timed replays, "
+             f"{st.get('plain_runs')} plain calls, {st.get('check_rounds')} check rounds.", ""]
+    if st.get("timing"):
+        parts += [f"Timing: {st['timing']}", ""]
+    if st.get("smoke"):
+        parts += ["**Smoke run** (tiny sizes; on a CPU, wall-clock timers stand in for CUDA-graph "
+                  "replay): the figures test the job, not the code.", ""]
+    if any(kind(r) == "block" for r in rows):
+        parts += ["## Summary (block rows, means over cases)", "",
+                  summary_table(summarize(rows)), ""]
+    ht = result.get("host_time") or host_time(rows)
+    if ht:
+        parts += [f"Block host time (first to last kernel launch of the block, profiler) at "
+                  f"{ht['key']}: **{ht['us']:.1f} us** (target <= {ht['target_us']:.0f} us: "
+                  f"{'met' if ht['met'] else 'not met'}; scope {ht['scope']}, "
+                  f"{ht['timer']}).", ""]
+    if any(kind(r) == "first_call" for r in rows):
+        fc = st.get("first_call_note") or ""
+        parts += ["## First calls (fresh process, seconds: empty cache / warm on-disk caches)",
+                  "", fc, "", first_call_table(rows), ""]
+    if any(kind(r) == "model" for r in rows):
+        parts += ["## Models", "", model_table(rows), ""]
     if result.get("gate"):
         parts += ["## Gate", "", "```", gate_text(result["gate"]), "```", ""]
     if result.get("variants"):
-        vrows = [[v["workload"], v["precision"], IMPL_LABELS.get(v["impl"], v["impl"]), v["form"],
+        vrows = [[v.get("workload") or v.get("model"), v.get("precision") or v.get("attn"),
+                  IMPL_LABELS.get(v["impl"], v["impl"]), v.get("form") or v.get("task", "-"),
                   v.get("status"), _f(v.get("compile_s"), "{:.1f}"), _f(v.get("graphs"), "{}"),
                   (v.get("error") or "")[:120]] for v in result["variants"]]
-        parts += ["## Variants", "", md_table(["workload", "prec", "impl", "form", "status",
-                                               "first call s", "graphs", "note"], vrows), ""]
+        parts += ["## Variants", "", md_table(["workload/model", "prec/attn", "impl",
+                                               "form/task", "status", "first call s",
+                                               "graphs", "note"], vrows), ""]
     groups: dict[tuple, list[dict]] = {}
-    for r in result["rows"]:
-        groups.setdefault((r["workload"], r["precision"]), []).append(r)
+    for r in rows:
+        if kind(r) == "block":
+            groups.setdefault((r["workload"], r["precision"]), []).append(r)
     for (w, p), rs in groups.items():
         parts += [f"## {w} ({p})", "", case_table(rs), ""]
     return "\n".join(parts)
 
 
 # ----------------------------------------------------------------------------------------- schema
+REQUIRED_OK = {"block": ("gpu_us", "sol_us", "spread"), "first_call": ("first_call_s",),
+               "model": ("plain_us",)}
+
+
 def validate(result: dict) -> list[str]:
     """Problems with a result document (empty list = valid)."""
     errs = []
@@ -341,11 +634,15 @@ def validate(result: dict) -> list[str]:
         if f not in result.get("env", {}):
             errs.append(f"env.{f} missing")
     for i, r in enumerate(result.get("rows", [])):
-        for f in ROW_KEYS:
+        k = kind(r)
+        if k not in KINDS:
+            errs.append(f"rows[{i}].kind {k!r} unknown")
+            continue
+        for f in KINDS[k] + ("status",):
             if f not in r:
                 errs.append(f"rows[{i}].{f} missing")
         if r.get("status") == "ok":
-            for f in ("gpu_us", "sol_us", "spread"):
+            for f in REQUIRED_OK[k]:
                 if not isinstance(r.get(f), (int, float)):
                     errs.append(f"rows[{i}].{f} not a number")
     return errs

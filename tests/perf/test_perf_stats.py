@@ -1,4 +1,5 @@
-"""CPU tests for the pure-Python parts of the perf job (gate, threshold, tables, SOL, schema)."""
+"""CPU tests for the pure-Python parts of the perf job (row kinds, gate, threshold, tables, SOL,
+schema, merge, the run's selections and estimate)."""
 
 import json
 import math
@@ -10,15 +11,33 @@ from perf import stats
 
 
 def row(impl="backend", gpu=100.0, spread=0.01, seq=128, batch=4, status="ok", form="fn",
-        workload="W075", precision="high", check=True, fused=None):
-    r = {"workload": workload, "precision": precision, "impl": impl, "form": form, "seq": seq,
-         "batch": batch, "status": status, "gpu_us": gpu if status == "ok" else None,
-         "spread": spread, "sol_us": 10.0, "plain_us": gpu * 1.5 if gpu else None}
+        workload="W075", precision="high", check=True, fused=None, plain=None):
+    r = {"kind": "block", "workload": workload, "precision": precision, "impl": impl,
+         "form": form, "seq": seq, "batch": batch, "status": status,
+         "gpu_us": gpu if status == "ok" else None, "spread": spread, "sol_us": 10.0,
+         "plain_us": plain if plain is not None else (gpu * 1.5 if gpu else None)}
     if check is not None:
         r["check"] = {"passed": check, "min_frac": 1.0 if check else 0.5}
     if fused is not None:
         r["fused"] = fused
     return r
+
+
+def mrow(impl="backend", gpu=1000.0, plain=1100.0, fused=4, layers=4, check=True, spread=0.01,
+         model="llama", attn="sdpa", seq=512, batch=4, status="ok"):
+    r = {"kind": "model", "model": model, "attn": attn, "task": "prefill", "impl": impl,
+         "seq": seq, "batch": batch, "status": status, "gpu_us": gpu, "plain_us": plain,
+         "spread": spread, "layers": layers}
+    if impl != "eager":
+        r["fused_layers"] = fused
+        r["check"] = {"passed": check, "min_frac": 1.0 if check else 0.9}
+    return r
+
+
+def frow(impl="backend", cache="cold", s=10.0, seq=131, batch=1, status="ok"):
+    return {"kind": "first_call", "workload": "W075", "precision": "high", "impl": impl,
+            "form": "fn", "seq": seq, "batch": batch, "cache": cache, "status": status,
+            "first_call_s": s if status == "ok" else None}
 
 
 def doc(rows, **settings):
@@ -39,6 +58,17 @@ def test_threshold_floor_and_spread():
     assert stats.threshold(0.001, 0.002, floor=0.05, k=2) == 0.05
     assert stats.threshold(0.04, 0.01, floor=0.05, k=2) == pytest.approx(0.08)
     assert stats.threshold(None, None, floor=0.03) == 0.03
+    assert stats.floor_for({"W075": 0.07, "models": 0.03}, mrow()) == 0.03
+    assert stats.floor_for({"W075": 0.07}, row()) == 0.07
+
+
+def test_row_keys_per_kind():
+    assert stats.row_key(row()) == "W075/high/backend/fn/S128xB4"
+    assert stats.row_key(frow(cache="warm")) == "first_call/W075/high/backend/fn/S131xB1/warm"
+    assert stats.row_key(mrow()) == "model/llama/sdpa/prefill/backend/S512xB4"
+    train = dict(mrow(), task="train")
+    assert stats.row_key(train) == "model/llama/sdpa/train/backend/S512xB4"
+    assert stats.row_key(row()) != stats.row_key(frow(seq=128, batch=4))
 
 
 def test_gate_passes_within_noise_and_fails_beyond():
@@ -78,11 +108,11 @@ def test_gate_noisy_case_gets_wider_threshold():
 
 
 def test_gate_only_ours_by_default():
-    base = doc([row(impl="stock", gpu=100.0), row(gpu=100.0)])
-    g = stats.gate(doc([row(impl="stock", gpu=200.0), row(gpu=100.0)]), base)
+    base = doc([row(impl="stock_dynamic", gpu=100.0), row(gpu=100.0)])
+    cur = doc([row(impl="stock_dynamic", gpu=200.0), row(gpu=100.0)])
+    g = stats.gate(cur, base)
     assert g["ok"] and g["compared"] == 1
-    g = stats.gate(doc([row(impl="stock", gpu=200.0), row(gpu=100.0)]), base, impls=None)
-    assert not g["ok"]
+    assert not stats.gate(cur, base, impls=None)["ok"]
 
 
 def test_gate_fails_on_check_missing_error_and_lost_fusion():
@@ -95,6 +125,7 @@ def test_gate_fails_on_check_missing_error_and_lost_fusion():
     assert "fused op" in msgs
     g = stats.gate(doc([row(gpu=100.0), row(seq=256, status="error")]), base)
     assert any("error now" in f for f in g["failures"])
+    assert any("error (" in f for f in g["failures"])      # and the within-run rule
 
 
 def test_gate_scope_leaves_rows_the_run_was_not_asked_for():
@@ -110,18 +141,76 @@ def test_gate_scope_leaves_rows_the_run_was_not_asked_for():
 
 def test_gate_check_failure_of_reference_impl_is_a_warning():
     base = doc([row(gpu=100.0)])
-    g = stats.gate(doc([row(gpu=100.0), row(impl="stock", gpu=90.0, check=False)]), base)
-    assert g["ok"] and len(g["warnings"]) == 1 and "stock" in g["warnings"][0]
+    cur = doc([row(gpu=100.0), row(impl="stock_static", gpu=90.0, plain=200.0, check=False)])
+    g = stats.gate(cur, base)
+    assert g["ok"] and len(g["warnings"]) == 1 and "stock_static" in g["warnings"][0]
     assert "warning (not gated)" in stats.gate_text(g)
-    g = stats.gate(doc([row(gpu=100.0), row(impl="stock", gpu=90.0, check=False)]), base,
-                   impls=None)
-    assert not g["ok"]
+    assert not stats.gate(cur, base, impls=None)["ok"]
 
 
 def test_gate_floor_from_baseline_or_argument():
     base = doc([row(gpu=100.0)], noise_floor=0.2)
     assert stats.gate(doc([row(gpu=115.0)]), base)["ok"]
     assert not stats.gate(doc([row(gpu=115.0)]), base, floor=0.05)["ok"]
+
+
+def test_plain_call_rule_against_the_faster_stock():
+    """Ours' plain call may not be slower than the faster of the two stock rows."""
+    rows = [row(impl="stock_static", plain=400.0), row(impl="stock_dynamic", plain=900.0),
+            row(plain=410.0)]
+    g = stats.gate(doc(rows))                              # no baseline: within-run rules
+    assert g["ok"] and not g["baseline"]                   # +2.5%, within 5%
+    rows[2]["plain_us"] = 500.0
+    g = stats.gate(doc(rows))
+    assert not g["ok"] and g["plain_slower"] == ["W075/high/backend/fn/S128xB4"]
+    assert "torch.compile static" in g["failures"][0] and "+25.0%" in g["failures"][0]
+    assert stats.gate(doc(rows), plain_tol=0.3)["ok"]
+    assert stats.gate(doc([row(plain=10_000.0)]))["ok"]    # nothing to compare with
+
+
+def test_models_rules():
+    rows = [mrow(impl="eager", gpu=2000.0, plain=2100.0), mrow(impl="stock_static"),
+            mrow(gpu=950.0, plain=1000.0)]
+    assert stats.gate(doc(rows))["ok"]
+    rows[2].update(fused_layers=3, rejected={"softcapping": 1})
+    g = stats.gate(doc(rows))
+    assert not g["ok"] and "3 of 4 layers fused (softcapping x1)" in g["failures"][0]
+    rows[2].update(fused_layers=4, gpu_us=1100.0)
+    g = stats.gate(doc(rows))
+    assert not g["ok"] and "GPU time 1100.0 us, slower than stock's 1000.0" in g["failures"][0]
+    rows[2].update(gpu_us=1000.0, plain_us=1300.0)
+    assert "plain call" in stats.gate(doc(rows))["failures"][0]
+
+
+def test_first_call_regression_against_the_baseline():
+    base = doc([frow(s=10.0), frow(cache="warm", s=4.0)])
+    assert stats.gate(doc([frow(s=14.0), frow(cache="warm", s=4.5)]), base)["ok"]  # 10*1.25+2
+    g = stats.gate(doc([frow(s=15.0), frow(cache="warm", s=4.0)]), base)
+    assert not g["ok"] and "first_call/W075/high/backend/fn/S131xB1/cold" in g["failures"][0]
+    assert "10.00 -> 15.00 s" in g["failures"][0]
+    g = stats.gate(doc([frow(s=15.0), frow(cache="warm", s=4.0)]), base, first_call_slack_s=5)
+    assert g["ok"]
+    g = stats.gate(doc([frow(s=5.0, status="error")]), base)
+    assert not g["ok"]                                    # an error, and the warm row missing
+
+
+def test_old_format_baseline_is_compared_on_gpu_times_and_says_so():
+    old = {"schema": "inductor_gqa.perf/1", "env": {"gpu": "NVIDIA H200"},
+           "settings": {"noise_floor": 0.05},
+           "rows": [{k: v for k, v in row(gpu=100.0).items() if k != "kind"},
+                    dict({k: v for k, v in row(gpu=100.0).items() if k != "kind"},
+                         form="module"),
+                    dict({k: v for k, v in row(gpu=300.0).items() if k != "kind"},
+                         impl="stock")]}
+    up = stats.upgrade(old)
+    assert {r["impl"] for r in up["rows"]} == {"backend", "stock_dynamic"}
+    assert all("plain_us_events" in r and "plain_us" not in r for r in up["rows"])
+    g = stats.gate(doc([row(gpu=104.0, plain=10.0)]), old)
+    assert g["ok"] and g["compared"] == 1 and g["outside"] == 1     # the module row: not run
+    assert "old format" in stats.gate_text(g)
+    assert not stats.gate(doc([row(gpu=120.0, plain=10.0)]), old)["ok"]
+    g = stats.gate(doc([row()]), {"schema": "something/9", "rows": []})
+    assert not g["ok"] and "not compared" in g["failures"][0]
 
 
 def test_derive_floor():
@@ -135,34 +224,58 @@ def test_derive_floor():
 
 
 def test_ratios_and_summary():
-    rows = [row(impl="eager", gpu=400.0), row(impl="stock", gpu=200.0), row(gpu=100.0),
-            row(impl="eager", gpu=800.0, seq=256), row(impl="stock", gpu=400.0, seq=256),
+    rows = [row(impl="eager", gpu=400.0), row(impl="stock_dynamic", gpu=200.0),
+            row(impl="stock_static", gpu=160.0, plain=100.0), row(gpu=100.0),
+            row(impl="eager", gpu=800.0, seq=256), row(impl="stock_dynamic", gpu=400.0, seq=256),
             row(gpu=300.0, seq=256, check=False)]
     stats.add_ratios(rows)
-    assert rows[2]["speedup_vs_eager"] == 4.0 and rows[2]["speedup_vs_stock"] == 2.0
-    assert rows[2]["frac_sol"] == pytest.approx(0.1)
+    ours = rows[3]
+    assert ours["speedup_vs_eager"] == 4.0 and ours["speedup_vs_stock_dynamic"] == 2.0
+    assert ours["speedup_vs_stock_static"] == pytest.approx(1.6)
+    assert ours["plain_vs_stock"] == pytest.approx(1.5)    # 150 against stock static's 100
+    assert ours["frac_sol"] == pytest.approx(0.1)
     summ = {s["impl"]: s for s in stats.summarize(rows)}
-    ours = summ["backend"]
-    assert ours["gpu_us"] == 200.0 and ours["vs_stock"] == pytest.approx(200 / 300)
-    assert ours["frac_sol"] == pytest.approx(10 / 200)
-    assert (ours["passed"], ours["checked"]) == (1, 2)
-    assert [s["impl"] for s in stats.summarize(rows)] == ["eager", "stock", "backend"]
+    s = summ["backend"]
+    assert s["gpu_us"] == 200.0 and s["vs_stock_dynamic"] == pytest.approx(200 / 300)
+    assert s["vs_stock_static"] == pytest.approx(100 / 160)   # only the shared case
+    assert s["frac_sol"] == pytest.approx(10 / 200)
+    assert (s["passed"], s["checked"]) == (1, 2)
+    assert [x["impl"] for x in stats.summarize(rows)] == ["eager", "stock_static",
+                                                          "stock_dynamic", "backend"]
     table = stats.summary_table(stats.summarize(rows))
     assert table.splitlines()[0].startswith("| workload |") and "1/2 FAIL" in table
 
 
+def test_host_time_line():
+    r = row(seq=131, batch=1)
+    r.update(block_host_us=24.0, host_scope="op", host_timer="cuda_launches")
+    ht = stats.host_time([row(), r])
+    assert ht["us"] == 24.0 and ht["met"] and ht["key"] == "W075/high/backend/fn/S131xB1"
+    assert stats.host_time([row()]) is None
+    assert stats.host_time([dict(r, seq=33, batch=2)], ("W075", "high", 33, 2))["us"] == 24.0
+
+
 def test_markdown_report_and_schema():
-    rows = [row(impl="stock", gpu=200.0), row(gpu=100.0, fused=True),
-            row(impl="install", status="unavailable", check=None)]
+    rows = [row(impl="stock_dynamic", gpu=200.0), row(gpu=100.0, fused=True),
+            row(impl="install", status="unavailable", check=None),
+            frow(), frow(cache="warm", s=3.0), frow(impl="stock_static", s=20.0),
+            mrow(impl="stock_static"), mrow(gpu=900.0, plain=900.0)]
     stats.add_ratios(rows)
-    d = doc(rows, dynamic="unbacked", blocks=5, replays=10, plain_runs=10, check_rounds=3)
+    d = doc(rows, dynamic="unbacked", blocks=5, replays=10, plain_runs=20, check_rounds=3,
+            first_call_note="first calls measured for 1 of 48")
+    d["gate"] = stats.gate(d)
     assert stats.validate(d) == []
     md = stats.markdown_report(d)
-    assert "## Summary" in md and "## W075 (high)" in md and "unavailable" in md
+    for part in ("## Summary", "## W075 (high)", "unavailable", "## First calls",
+                 "first calls measured for 1 of 48", "10.0 / 3.0", "20.0 / -", "## Models",
+                 "4/4", "## Gate"):
+        assert part in md, part
     json.dumps(d)                                          # serialisable
-    broken = dict(d, schema="x", rows=[{"status": "ok", "gpu_us": "fast"}])
+    broken = dict(d, schema="x", rows=[{"kind": "block", "status": "ok", "gpu_us": "fast"},
+                                       {"kind": "what"}])
     errs = stats.validate(broken)
     assert any("schema" in e for e in errs) and any("gpu_us" in e for e in errs)
+    assert any("unknown" in e for e in errs)
 
 
 def test_sol_matches_published_means():
@@ -182,6 +295,39 @@ def test_case_selection_and_slug():
     assert math.isfinite(stats.DEFAULT_NOISE_FLOOR)
 
 
+def test_run_selections_and_estimate():
+    from perf import run
+    a = run.parse_args([])
+    assert a.impls_list == ["eager", "stock_static", "stock_dynamic", "backend"]
+    assert a.first_call_impls_list == a.impls_list
+    assert run.first_call_cases(a, wl.W075, "high") == [(131, 1)]
+    assert run.first_call_cases(a, wl.W075, "highest") == []       # one W075 precision
+    assert run.first_call_cases(a, wl.W092, "bf16") == [(512, 4)]
+    e = run.estimate(a)
+    assert e["total"] == pytest.approx(e["blocks"] + e["first-call"] + e["models"])
+    assert e["total"] > a.deadline and "split it" in run.estimate_text(a)
+    a = run.parse_args(["--precisions", "highest"])
+    assert run.first_call_cases(a, wl.W075, "highest") == [(131, 1)]
+    a = run.parse_args(["--first-call-cases", "W092:128x1,2048x1,W075/highest:4096x1",
+                        "--impls", "stock,backend"])
+    assert a.impls_list == ["stock_dynamic", "backend"]
+    assert run.first_call_cases(a, wl.W075, "high") == [(2048, 1)]
+    assert run.first_call_cases(a, wl.W075, "highest") == [(2048, 1), (4096, 1)]
+    assert run.first_call_cases(a, wl.W092, "bf16") == [(128, 1), (2048, 1)]
+    a = run.parse_args(["--suites", "blocks", "--workloads", "W092"])
+    assert run.first_call_cases(a, wl.W092, "bf16") == [] and run.estimate(a)["models"] == 0
+    a = run.parse_args(["--smoke"])
+    assert a.precisions == "high" and a.model_layers == 2 and a.check_rounds == 1
+    assert run.first_call_cases(a, wl.W075, "high") == [run.SMOKE_CASES["W075"][0]]
+    with pytest.raises(SystemExit):
+        run.parse_args(["--impls", "fast"])
+    scope = run._selection(run.parse_args(["--workloads", "W075", "--suites", "blocks"]),
+                           ["W075"], ["fn"], ["backend"])
+    assert scope(row()) and not scope(row(form="module")) and not scope(frow())
+    assert not scope(mrow()) and not scope(row(workload="W092", precision="bf16"))
+    assert run.main(["--estimate"]) == 0                     # no GPU needed
+
+
 def test_gate_cli(tmp_path):
     from perf import gate as gate_cli
     base = doc([row(gpu=100.0)], noise_floor=0.05)
@@ -191,25 +337,64 @@ def test_gate_cli(tmp_path):
     pc.write_text(json.dumps(cur))
     assert gate_cli.main([str(pc), "--baseline", str(pb)]) == 1
     assert gate_cli.main([str(pb), "--baseline", str(pb)]) == 0
+    assert gate_cli.main([str(pc)]) == 0                  # within-run rules only
     assert gate_cli.main(["--derive", str(pb), str(pc)]) == 0
     assert gate_cli.main(["--promote", str(pc), "--floor", "0.3", "-o", str(po)]) == 0
     assert json.loads(po.read_text())["settings"]["noise_floor"] == 0.3
     assert gate_cli.main([str(pc), "--baseline", str(po)]) == 0
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(dict(base, schema="inductor_gqa.perf/1")))
+    with pytest.raises(SystemExit):
+        gate_cli.main(["--promote", str(old), "-o", str(po)])
 
 
-def test_merge_takes_each_workload_from_its_run(tmp_path):
+def test_committed_baseline_gates_without_crashing(tmp_path, capsys):
+    """The committed H200 baseline (schema 1 until a run of this job replaces it) is read."""
+    import os
+
+    from perf import gate as gate_cli
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "perf", "baselines",
+                        "nvidia-h200.json")
+    base = json.load(open(path))
+    cur = doc([dict(r, kind="block", impl=stats.IMPL_ALIASES.get(r["impl"], r["impl"]))
+               for r in base["rows"] if r["impl"] in ("backend", "stock") and r["form"] == "fn"])
+    pc = tmp_path / "c.json"
+    pc.write_text(json.dumps(cur))
+    rc = gate_cli.main([str(pc), "--baseline", path])
+    out = capsys.readouterr().out
+    assert rc in (0, 1) and "gate:" in out
+    if base.get("schema") in stats.OLD_SCHEMAS:
+        assert "old format" in out
+
+
+def test_merge_takes_each_selection_from_its_run(tmp_path):
     from perf import merge
-    a = doc([row(gpu=100.0, workload="W075"), row(gpu=1.0, workload="W092", status="skipped")])
-    b = doc([row(gpu=9.0, workload="W075"), row(gpu=200.0, workload="W092")])
+    a = doc([row(gpu=100.0, workload="W075"), row(gpu=1.0, workload="W092", status="skipped"),
+             frow(), mrow(model="qwen3")])
+    b = doc([row(gpu=9.0, workload="W075"), row(gpu=200.0, workload="W092"), mrow()])
     pa, pb, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "out"
     pa.write_text(json.dumps(a))
     pb.write_text(json.dumps(b))
-    assert merge.main(["--take", f"W075={pa}", "--take", f"W092={pb}", "-o", str(out)]) == 0
+    assert merge.main(["--take", f"W075={pa}", "--take", f"W092={pb}",
+                       "--take", f"models={pb}", "-o", str(out)]) == 0
     m = json.loads((out / "results.json").read_text())
-    assert sorted((r["workload"], r["gpu_us"]) for r in m["rows"]) == [("W075", 100.0),
-                                                                       ("W092", 200.0)]
-    assert m["settings"]["merged_from"] == {"W075": str(pa), "W092": str(pb)}
-    assert (out / "results.md").exists()
+    kinds = sorted((stats.kind(r), r.get("workload") or r.get("model"), r.get("gpu_us"))
+                   for r in m["rows"])
+    assert kinds == [("block", "W075", 100.0), ("block", "W092", 200.0),
+                     ("first_call", "W075", None), ("model", "llama", 1000.0)]
+    assert m["settings"]["merged_from"] == {"W075": str(pa), "W092": str(pb),
+                                            "models": str(pb)}
+    assert "gate" in m and (out / "results.md").exists()
+    c = doc([frow(s=42.0)])                                  # first calls from their own run
+    pc = tmp_path / "c.json"
+    pc.write_text(json.dumps(c))
+    assert merge.main(["--take", f"W075={pa}", "--take", f"first_call={pc}",
+                       "-o", str(out)]) == 0
+    m = json.loads((out / "results.json").read_text())
+    fc = [r for r in m["rows"] if stats.kind(r) == "first_call"]
+    assert len(fc) == 1 and fc[0]["first_call_s"] == 42.0  # the later take wins
+    with pytest.raises(SystemExit):
+        merge.main(["--take", f"W075={pa}", "--take", f"W075={pb}", "-o", str(out)])
 
 
 def test_merge_takes_one_precision_from_another_run(tmp_path):

@@ -1,0 +1,73 @@
+"""The perf job end to end on the CPU at tiny sizes (``python -m perf.run --smoke``): every row
+kind (block, first_call in fresh processes, model), results.json/md, the gate, and the offline
+gate against the committed baseline. About 35-45 s on two cores."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from perf import stats
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke")
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("OUT", None)
+    cmd = [sys.executable, "-m", "perf.run", "--smoke", "--device", "cpu", "--workloads", "W075",
+           "--cases", "0", "--impls", "eager,stock_static,backend", "--first-call-impls",
+           "backend", "--models", "llama", "--model-attn", "sdpa", "--model-shapes", "1x16",
+           "--model-layers", "1", "--out", str(out)]
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return p, out
+
+
+def test_smoke_run_writes_every_row_kind(smoke):
+    p, out = smoke
+    log = p.stdout + p.stderr
+    assert p.returncode in (0, 1), log[-3000:]          # 1: the gate's verdict, not a crash
+    assert "estimated duration on an H200" in log
+    doc = json.loads((out / "results.json").read_text())
+    assert stats.validate(doc) == [], log[-2000:]
+    rows = doc["rows"]
+    assert {stats.kind(r) for r in rows} == {"block", "first_call", "model"}
+    bad = [(stats.row_key(r), r.get("status"), r.get("error")) for r in rows
+           if r.get("status") != "ok"]
+    assert not bad, bad
+    blocks = {r["impl"]: r for r in rows if stats.kind(r) == "block"}
+    assert set(blocks) == {"eager", "stock_static", "backend"}
+    assert blocks["backend"]["fused"] and not blocks["stock_static"]["fused"]
+    assert blocks["backend"]["check"]["passed"]
+    assert blocks["backend"]["block_host_us"] > 0 and blocks["backend"]["host_scope"] == "op"
+    assert blocks["backend"]["plain_vs_stock"] is not None
+    first = {r["cache"]: r for r in rows if stats.kind(r) == "first_call"}
+    assert set(first) == {"cold", "warm"}
+    assert first["cold"]["first_call_s"] > 0 and first["warm"]["first_call_s"] > 0
+    assert first["cold"]["fx_cache_hits"] == 0 and first["cold"]["blocks_fused"] == 1
+    models = {r["impl"]: r for r in rows if stats.kind(r) == "model"}
+    assert set(models) == {"eager", "stock_static", "backend"}
+    ours = models["backend"]
+    assert ours["layers"] == 1 and ours["blocks_seen"] == 1 and ours["check"]["passed"]
+    assert ours["gpu_us"] > 0 and ours["plain_us"] > 0
+    g = doc["gate"]
+    assert g["ok"] == (p.returncode == 0) and not g["baseline"]
+    md = (out / "results.md").read_text()
+    for part in ("## Summary", "Block host time", "## First calls", "## Models", "## Gate",
+                 "**Smoke run**"):
+        assert part in md, part
+
+
+def test_smoke_results_gate_offline_against_the_committed_baseline(smoke, capsys):
+    from perf import gate as gate_cli
+    _, out = smoke
+    rc = gate_cli.main([str(out / "results.json"), "--baseline",
+                        os.path.join(REPO, "perf", "baselines", "nvidia-h200.json")])
+    text = capsys.readouterr().out
+    assert rc == 1 and "is not the baseline's (NVIDIA H200)" in text   # cpu vs H200
