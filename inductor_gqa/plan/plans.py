@@ -66,6 +66,9 @@ class Problem:
     runtime_floats: bool
     tables_dtype: Optional[torch.dtype]
     mask_rank_ok: bool
+    # S's power-of-two bucket (lo, hi], lo < S <= hi, when S is symbolic: the plan is made for
+    # it and guarded on it (another bucket compiles its own plan; see ``seq_bucket``)
+    seq_range: Optional[tuple] = None
 
     @property
     def seq_static(self) -> Optional[int]:
@@ -73,11 +76,18 @@ class Problem:
 
     @property
     def seq_hint(self) -> int:
-        return _hint(self.seq)
+        return _hint(self.seq, 1024)
+
+    @property
+    def seq_max(self) -> Optional[int]:
+        """S's upper bound: its value, or its guarded bucket's top."""
+        return self.seq_static if self.seq_static is not None else (
+            self.seq_range[1] if self.seq_range else None)
 
     @property
     def rows_hint(self) -> int:
-        return _hint(self.batch) * _hint(self.seq)
+        # an unbacked batch (no hint) counts as 1: its rows are unknown, S's are not
+        return _hint(self.batch, 1) * _hint(self.seq, 1024)
 
     @property
     def rows_static(self) -> Optional[int]:
@@ -111,13 +121,27 @@ class Problem:
             runtime_floats=any(t.get(n) is not None
                                for n in ("runtime_scale", "runtime_eps", "runtime_k_eps")),
             tables_dtype=t["cos"].dtype if source == "tables" else None,
-            mask_rank_ok=mask is None or mask.dim() <= 4)
+            mask_rank_ok=mask is None or mask.dim() <= 4, seq_range=seq_bucket(s))
 
 
-def _hint(v) -> int:
+def _hint(v, fallback: int) -> int:
     if isinstance(v, torch.SymInt):
-        return int(v.node.hint) if v.node.hint is not None else 1024
+        return int(v.node.hint) if v.node.hint is not None else fallback
     return int(v)
+
+
+def seq_bucket(s) -> Optional[tuple]:
+    """For a symbolic S with a hint: its power-of-two bucket (lo, hi], with guards that S stays
+    in it. Configs are chosen per bucket (``configs.py``), so a graph compiled for one bucket
+    must not run another: Dynamo compiles the next bucket's graph when S leaves this one (a few
+    specializations, not one per S). None for a static S or one without a hint."""
+    if not isinstance(s, torch.SymInt) or s.node.expr.is_number or s.node.hint is None:
+        return None
+    hi = cfgs.bucket(int(s.node.hint))
+    lo = hi // 2
+    if not (bool(s > lo) and bool(s <= hi)):      # evaluating installs the guards
+        raise AssertionError("S outside the bucket of its own hint")
+    return lo, hi
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,7 +205,7 @@ def _attention_plan(spec: BlockSpec, p: Problem, operands: str, gpu) -> Attentio
     rows = p.rows_hint * spec.num_heads
     mk = MASK_CODES[spec.mask]
     common = dict(gpu=gpu, operands=operands, head_dim=spec.head_dim, groups=spec.groups,
-                  seq_static=p.seq_static, seq_hint=p.seq_hint, rows=rows, causal=spec.causal,
+                  seq_static=p.seq_max, seq_hint=p.seq_hint, rows=rows, causal=spec.causal,
                   mask_kind=mk)
     if not spec.return_probs:
         # the library's attention (cuDNN / FlashAttention with GQA) for 16-bit blocks at large
@@ -191,7 +215,7 @@ def _attention_plan(spec: BlockSpec, p: Problem, operands: str, gpu) -> Attentio
                 and spec.head_dim in (64, 128) and not interpreting()):
             return AttentionPlan("sdpa")
         return AttentionPlan("online", cfgs.choose_attention(kind="online", mode=0, **common))
-    s = p.seq_static
+    s = p.seq_max
     # one launch for the probabilities where a row fits one key tile: measured faster than the
     # pair up to S = 256 on the H200 (131x1: 8.2 vs 10.3 us; the pair wins at 256x8)
     if s is not None and s <= 256 and p.rows_hint <= 1024:

@@ -80,17 +80,21 @@ def test_w092_like_bf16():
     _check(wl.W092, out, fn(**inp), 3e-2)
 
 
-def test_dynamic_shapes_one_graph():
-    """S and B symbolic: one compiled graph serves every size (B >= 2: Dynamo specializes
-    sizes 0 and 1), the plan's choices made from the size hints without guards."""
+def test_dynamic_shapes_one_graph_per_bucket():
+    """S and B symbolic: one compiled graph serves every S of a power-of-two bucket (its plan
+    guarded on the bucket) and every B >= 2 (Dynamo specializes 0 and 1); S in another bucket
+    compiles that bucket's plan."""
     graphs = []
     fn, _ = small_w075(8, 2)
     compiled = torch.compile(fn, backend=kernels_backend(graphs), dynamic=True)
-    for s, b in ((9, 2), (23, 3), (40, 2)):
+    for s, b in ((9, 2), (13, 3), (16, 2)):
         _, inp = small_w075(s, b)
         _check(wl.W075, compiled(**inp), fn(**inp), 2e-3)
     assert len(graphs) == 1
-    assert counters["inductor_gqa"]["blocks_fused"] == 1
+    _, inp = small_w075(23, 2)
+    _check(wl.W075, compiled(**inp), fn(**inp), 2e-3)
+    assert len(graphs) == 2
+    assert counters["inductor_gqa"]["blocks_fused"] == 2
 
 
 def test_unsupported_block_is_left_to_inductor(caplog):
