@@ -213,54 +213,38 @@ def gqa_attention_kernel(
     if GUARD == 2:
         if tl.load(FLAG) == 0:
             return
+    # the row tiles this program takes: its own, or (PERSIST, the guarded float32 fallback) every
+    # num_programs-th of them, so that a launch whose flag is clear costs a few programs only
     if PERSIST:
-        # the guarded float32 fallback (GUARD 2): a few programs loop over the N_BH row-tile
-        # columns, so the launch costs little when the flag is clear (a full grid of programs
-        # that only read the flag took microseconds at W075's larger sizes)
+        first = tl.program_id(0)
         n_tiles = tl.cdiv(S, BLOCK_M // GP) * N_BH
-        for tile in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-            _tile_modes(tile // N_BH, tile % N_BH, Q, K, V, O, P, MASK, ML, FLAG,
-                        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
-                        so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
-                        qscale, mask_fill, window, softcap, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
-                        MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                        ALIGN4, EMPTY_ZERO, WINDOW, SOFTCAP)
+        step = tl.num_programs(0)
     else:
-        _tile_modes(tl.program_id(0), tl.program_id(1), Q, K, V, O, P, MASK, ML, FLAG,
-                    sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
-                    so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
-                    qscale, mask_fill, window, softcap, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
-                    MODE, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                    ALIGN4, EMPTY_ZERO, WINDOW, SOFTCAP)
-
-
-@triton.jit
-def _tile_modes(
-        start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
-        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b, so_s, so_h,
-        sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k,
-        H, G, S, qscale, mask_fill, window, softcap,
-        D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MODE: tl.constexpr, PREC: tl.constexpr,
-        UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
-        GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr,
-        ALIGN4: tl.constexpr, EMPTY_ZERO: tl.constexpr, WINDOW: tl.constexpr,
-        SOFTCAP: tl.constexpr):
+        first = 0
+        n_tiles = 1
+        step = 1
     # MODE 4: MODE 1 then MODE 2 on the same row tile (a tile's probabilities need only its own
     # rows' statistics), for the guarded fallback: one launch instead of two; the barriers make
     # the statistics one thread stored visible to the thread that reads them, and keep a looping
     # program's next tile from racing these reads
     FIRST: tl.constexpr = 1 if MODE == 4 else MODE
     LAST: tl.constexpr = 2 if MODE == 4 else MODE
-    for pass_mode in tl.static_range(FIRST, LAST + 1):
-        _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
-                        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
-                        so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
-                        qscale, mask_fill, window, softcap, D, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, MASK_KIND,
-                        pass_mode, PREC, UPCAST, V_KMAJOR, PIPELINE, GUARD, GP, FOLD, EVEN_N,
-                        ALIGN4, EMPTY_ZERO, WINDOW, SOFTCAP)
-        if MODE == 4:
-            tl.debug_barrier()
+    for tile in range(first, n_tiles, step):
+        if PERSIST:
+            start_m = tile // N_BH
+            bh = tile % N_BH
+        else:
+            start_m = tl.program_id(0)
+            bh = tl.program_id(1)
+        for pass_mode in tl.static_range(FIRST, LAST + 1):
+            _attention_tile(start_m, bh, Q, K, V, O, P, MASK, ML, FLAG,
+                            sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, so_b,
+                            so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
+                            qscale, mask_fill, window, softcap, D, BLOCK_D, BLOCK_M, BLOCK_N,
+                            CAUSAL, MASK_KIND, pass_mode, PREC, UPCAST, V_KMAJOR, PIPELINE,
+                            GUARD, GP, FOLD, EVEN_N, ALIGN4, EMPTY_ZERO, WINDOW, SOFTCAP)
+            if MODE == 4:
+                tl.debug_barrier()
 
 
 @triton.jit

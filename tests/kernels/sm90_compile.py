@@ -266,7 +266,10 @@ def inspect(job) -> str:
     keys = ("HGMMA", "HMMA", "STG", "LDG", "STS", "LDS", "WARPGROUP", "LDL", "STL", "UTMALDG",
             "UTMASTG", "MUFU.EX2")
     counts = {kk: sum(1 for o in ops if o.startswith(kk)) for kk in keys}
-    return f"{job[0]}: shared {k.metadata.shared} B, " + ", ".join(
+    counts["total"] = len(ops)
+    import hashlib
+    stream = hashlib.sha1(" ".join(ops).encode()).hexdigest()[:12]    # compare across edits
+    return f"{job[0][:60]}..: sass {stream}, shared {k.metadata.shared} B, " + ", ".join(
         f"{kk} {v}" for kk, v in counts.items() if v)
 
 
