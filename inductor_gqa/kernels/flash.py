@@ -13,9 +13,9 @@
   MODE 4: MODE 1 then MODE 2 in the same program, row tile by row tile: the pair in one launch,
   for the guarded fallback (two passes in one launch are slower where speed counts).
 * Masks, in the eager order: scale, logit softcapping (SOFTCAP), causal (-inf), sliding window
-  (WINDOW, -inf; key tiles wholly before a row tile's window are skipped), bool_fill
-  (mask_fill), bool_keep (-inf), additive. Causal tiles wholly above the diagonal are skipped (and, for probabilities, written as
-  zeros without computing) except with bool_fill, whose finite fill overrides the causal -inf.
+  (WINDOW, -inf), bool_fill (mask_fill), bool_keep (-inf), additive. Key tiles wholly above the
+  diagonal, or wholly before a row tile's window, are skipped (and, for probabilities, written
+  as zeros without computing) except with bool_fill, whose finite fill overrides the -inf.
 * Scores are kept in log2 units: the scale times log2(e) is folded into q once per tile for
   float32 (one multiply per q element instead of two per score); additive masks and fills are
   scaled by log2(e) to match. 16-bit q is not rescaled (that would add a rounding of q).

@@ -75,4 +75,5 @@ def input_values(call: Node) -> dict:
 
 
 def is_fused_op(node: Node) -> bool:
-    return node.op == "call_function" and node.target is torch.ops.inductor_gqa.attention_block.default
+    return (node.op == "call_function"
+            and node.target is torch.ops.inductor_gqa.attention_block.default)
