@@ -194,9 +194,14 @@ def gqa_attention_kernel(
         ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1,
         ROW4: tl.constexpr = False, EMPTY_ZERO: tl.constexpr = False,
         FILL_INF: tl.constexpr = 0, WINDOW: tl.constexpr = False,
-        SOFTCAP: tl.constexpr = False):
+        SOFTCAP: tl.constexpr = False, RT=None, RT_SCALE: tl.constexpr = 0):
     # float arguments arrive as fp64 from Inductor's launcher, as fp32 from Triton's
     qscale = tl.cast(qscale, tl.float32)
+    if RT_SCALE != 0:   # a runtime scale (dynamic=True keeps float arguments as values): RT[0]
+        qscale = tl.load(RT).to(tl.float32)
+        if RT_SCALE == 2:       # the explicit chain's division
+            qscale = 1.0 / qscale
+        qscale = qscale * 1.4426950408889634
     mask_fill = tl.cast(mask_fill, tl.float32)
     softcap = tl.cast(softcap, tl.float32)
     if FILL_INF != 0:   # an infinite fill travels as a switch: generated code has no inf literal
@@ -470,7 +475,7 @@ def row4(probs_row_stride, seq) -> bool:
 def launch(q, k, v, o=None, *, batch, seq, num_heads, groups, head_dim, scale, causal, mode, prec,
            cfg, probs=None, ml=None, mask=None, mask_kind=0, mask_fill=float("-inf"),
            flag=None, guard=0, v_kmajor=False, upcast=False, empty_zero=False, window=0,
-           softcap=0.0):
+           softcap=0.0, runtime=None, scale_div=False):
     """One attention launch; returns the new values of the tensors it writes, in the order
     (o, probs, ml, flag) restricted to those this MODE writes.
 
@@ -478,7 +483,9 @@ def launch(q, k, v, o=None, *, batch, seq, num_heads, groups, head_dim, scale, c
     (tensor, (stride b, h, s, d)), K-major (stride s == 1) when ``v_kmajor``; o [B, S, H*D]
     (float32, or fp16 with GUARD 1: the fp16 o_proj's operand); probs [B, H, S, S]; ml
     [B*H*S*2] float32 (the row statistics of MODE 1, read by MODE 2); mask broadcast to
-    [B, H, S, S]; ``cfg``: an ``AttentionConfig`` (plan/configs.py)."""
+    [B, H, S, S]; ``cfg``: an ``AttentionConfig`` (plan/configs.py). ``runtime``: a float32
+    device tensor whose element 0 is the scale (a runtime value; ``scale`` is then unused), a
+    divisor when ``scale_div``."""
     gp, block_m, block_n = cfg.gp, cfg.block_m, cfg.block_n
     if gp < 1 or groups % gp or block_m % gp:
         raise ValueError(f"flash.launch: {gp} query heads per program must divide the group "
@@ -520,7 +527,8 @@ def launch(q, k, v, o=None, *, batch, seq, num_heads, groups, head_dim, scale, c
         so_b=o.stride(0) if o is not None else 0, so_s=o.stride(1) if o is not None else 0,
         so_h=head_dim,
         sp_b=sp[0], sp_h=sp[1], sp_s=sp[2], sm_b=sm[0], sm_h=sm[1], sm_q=sm[2], sm_k=sm[3],
-        H=num_heads, G=groups, S=seq, qscale=float(scale) * LOG2E, window=int(window),
+        H=num_heads, G=groups, S=seq, window=int(window),
+        qscale=float(scale) * LOG2E if runtime is None else 1.0,
         softcap=float(softcap) * LOG2E,
         mask_fill=fill if math.isfinite(fill) else 0.0,
         FILL_INF=0 if math.isfinite(fill) else (1 if fill > 0 else -1),
@@ -528,8 +536,10 @@ def launch(q, k, v, o=None, *, batch, seq, num_heads, groups, head_dim, scale, c
         CAUSAL=bool(causal), MASK_KIND=int(mask_kind), MODE=int(mode), PREC=prec,
         UPCAST=bool(upcast), V_KMAJOR=bool(v_kmajor), PIPELINE=bool(cfg.pipeline),
         GUARD=int(guard), GP=int(gp),
-        FOLD=mask_kind == 0 and float(scale) > 0 and not softcap,
+        FOLD=mask_kind == 0 and runtime is None and float(scale) > 0 and not softcap,
         EVEN_N=s_static is not None and s_static % block_n == 0 and not align4,
         ALIGN4=align4, PERSIST=persist, N_BH=n_bh,
         ROW4=probs is not None and mode != 1 and row4(sp[2], seq),
-        EMPTY_ZERO=bool(empty_zero), WINDOW=window > 0, SOFTCAP=softcap > 0)
+        EMPTY_ZERO=bool(empty_zero), WINDOW=window > 0, SOFTCAP=softcap > 0,
+        RT=runtime if runtime is not None else dummy,
+        RT_SCALE=0 if runtime is None else (2 if scale_div else 1))

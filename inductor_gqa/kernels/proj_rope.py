@@ -176,9 +176,13 @@ def proj_rope_kernel(a_desc, b_desc, out_desc, M, N, K, tok_inv_ptr, feat_inv_pt
                      D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                      NORM: tl.constexpr, ROPE: tl.constexpr, PERSISTENT: tl.constexpr,
                      NUM_SMS: tl.constexpr, ANGLES: tl.constexpr = False,
-                     UPCAST: tl.constexpr = False, TMA: tl.constexpr = True):
+                     UPCAST: tl.constexpr = False, TMA: tl.constexpr = True, RT=None,
+                     RT_EPS: tl.constexpr = False):
     eps = tl.cast(eps, tl.float32)        # fp64 from Inductor's launcher, fp32 from Triton's
     eps_k = tl.cast(eps_k, tl.float32)
+    if RT_EPS:      # runtime eps values (dynamic=True keeps floats as values): RT[1], RT[2]
+        eps = tl.load(RT + 1).to(tl.float32)
+        eps_k = tl.load(RT + 2).to(tl.float32)
     num_m = tl.cdiv(M, BM)
     num_n = tl.cdiv(N, BN)
     if PERSISTENT:
@@ -211,7 +215,7 @@ def config_fits(cfg, parts, head_dim) -> bool:
 
 
 def launch(x16, w16, tok_inv, feat_inv, flag, parts, *, q_norm_weight, k_norm_weight, cos,
-           sin, seq, head_dim, norm, eps, eps_k, rope, cfg, num_sms, angles=None):
+           sin, seq, head_dim, norm, eps, eps_k, rope, cfg, num_sms, angles=None, runtime=None):
     """(qkv16, flag): qkv16 [M, Nq + Nk + Nv] fp16 = the copies of q, k, v: x16 [M, K] @
     w16 [N, K]^T (fp16, contiguous, 16-byte aligned rows: fresh buffers of ``fp16_rows``) times
     tok_inv [M] and feat_inv [N], then per-head norm and RoPE on the q and k columns
@@ -252,4 +256,5 @@ def launch(x16, w16, tok_inv, feat_inv, flag, parts, *, q_norm_weight, k_norm_we
         cos_ptr=cos, sin_ptr=sin, cs_b=cs[0], cs_s=cs[1], cs_d=cs[2], S=seq, flag_ptr=flag,
         NQ=nq, NK=nk, **pos_args, D=head_dim, BM=bm, BN=bn, BK=bk, NORM=NORM_CODES[norm],
         ROPE=ROPE_CODES[rope], PERSISTENT=bool(cfg.persistent), NUM_SMS=int(num_sms),
-        ANGLES=angles is not None, UPCAST=interpreting(), TMA=bool(cfg.tma))
+        ANGLES=angles is not None, UPCAST=interpreting(), TMA=bool(cfg.tma),
+        RT=runtime if runtime is not None else tok_inv, RT_EPS=runtime is not None)

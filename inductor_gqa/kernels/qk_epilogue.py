@@ -275,11 +275,15 @@ def qk_norm_rope_kernel(Q, K, QW, KW, q_rows, k_rows, HQ, HK, S, eps, eps_k,
                         kf_inv_ptr, vf_inv_ptr, ld, k_col, v_col, nq, nk, n_work,
                         D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
                         NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr,
-                        SCALED: tl.constexpr, STRIDED: tl.constexpr, GUARD: tl.constexpr):
+                        SCALED: tl.constexpr, STRIDED: tl.constexpr, GUARD: tl.constexpr,
+                        RT=None, RT_EPS: tl.constexpr = False):
     """In place on Q and K (whole buffers), or, STRIDED, on the q/k/v column slices of one
     [rows, ld] buffer Q (k at column k_col, v at v_col; K unused)."""
     eps = tl.cast(eps, tl.float32)        # fp64 from Inductor's launcher, fp32 from Triton's
     eps_k = tl.cast(eps_k, tl.float32)
+    if RT_EPS:      # runtime eps values (dynamic=True keeps floats as values): RT[1], RT[2]
+        eps = tl.load(RT + 1).to(tl.float32)
+        eps_k = tl.load(RT + 2).to(tl.float32)
     if STRIDED:
         k_ptr = Q + k_col
         v_ptr = Q + v_col
@@ -314,9 +318,11 @@ def _tables(cos, sin, rope, dummy):
 
 
 def norm_rope(q, k, *, q_norm_weight, k_norm_weight, cos, sin, seq, num_heads, num_kv_heads,
-              head_dim, norm, eps, eps_k, rope, rotary_dim, rows=None, num_warps=4):
+              head_dim, norm, eps, eps_k, rope, rotary_dim, rows=None, num_warps=4,
+              runtime=None):
     """Norm and RoPE in place on q [B*S, H*D] and k [B*S, Hkv*D] (whole contiguous tensors);
-    returns their new values. cos/sin: [B, S, R]-broadcast views (None without RoPE)."""
+    returns their new values. cos/sin: [B, S, R]-broadcast views (None without RoPE).
+    ``runtime``: a float32 device tensor [scale, eps, eps_k] of runtime values (eps unused)."""
     d = head_dim
     block_d = next_pow2(d)
     rows = rows or default_rows(block_d)
@@ -332,12 +338,13 @@ def norm_rope(q, k, *, q_norm_weight, k_norm_weight, cos, sin, seq, num_heads, n
         cs_b=cs[0], cs_s=cs[1], cs_d=cs[2], FLAG=q, tok_inv_ptr=q, qf_inv_ptr=q, kf_inv_ptr=q,
         vf_inv_ptr=q, ld=0, k_col=0, v_col=0, nq=nq, nk=nk, n_work=nq + nk,
         D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm], ROPE=ROPE_CODES[rope],
-        R=rotary_dim if rope != "none" else 0, SCALED=False, STRIDED=False, GUARD=False)
+        R=rotary_dim if rope != "none" else 0, SCALED=False, STRIDED=False, GUARD=False,
+        RT=runtime if runtime is not None else q, RT_EPS=runtime is not None)
 
 
 def fallback_norm_rope(qkv, *, flag, tok_inv, feat_inv, parts, q_norm_weight, k_norm_weight,
                        cos, sin, seq, num_heads, num_kv_heads, head_dim, norm, eps, eps_k, rope,
-                       rotary_dim):
+                       rotary_dim, runtime=None):
     """The float32 fallback's epilogue, in place on the scaled products qkv [M, Nq + Nk + Nv]
     (one contiguous buffer; ``parts`` = (Nq, Nk, Nv)): runs only if ``flag`` is raised. Undoes
     tok_inv [M] and feat_inv [Nq + Nk + Nv] (the operands' reciprocal row scales), norm and RoPE
@@ -360,7 +367,8 @@ def fallback_norm_rope(qkv, *, flag, tok_inv, feat_inv, parts, q_norm_weight, k_
         ld=qkv.stride(0), k_col=nq_cols, v_col=nq_cols + nk_cols, nq=nq, nk=nk,
         n_work=nq + 2 * nk, D=d, BLOCK_D=block_d, ROWS=rows, NORM=NORM_CODES[norm],
         ROPE=ROPE_CODES[rope], R=rotary_dim if rope != "none" else 0, SCALED=True,
-        STRIDED=True, GUARD=True)
+        STRIDED=True, GUARD=True, RT=runtime if runtime is not None else qkv,
+        RT_EPS=runtime is not None)
     return qkv
 
 

@@ -53,6 +53,23 @@ def _bsd(c: torch.Tensor) -> torch.Tensor:
     return c if c.dim() == 3 else c.reshape(-1, c.shape[-2], c.shape[-1])
 
 
+def _runtime(spec: BlockSpec, t: dict, device):
+    """[scale, eps, eps_k] as a float32 tensor on the device when any of them is a runtime
+    value (``dynamic=True`` keeps float arguments and attributes as 0-d CPU tensors); None
+    otherwise. Each runtime value enters through a pointwise op, which Inductor feeds a CPU
+    scalar as a launch argument: no copy from the host, no sync."""
+    names = ("runtime_scale", "runtime_eps", "runtime_k_eps")
+    if all(t[n] is None for n in names):
+        return None
+    k_eps = t["runtime_k_eps"] if t["runtime_k_eps"] is not None else t["runtime_eps"]
+    parts = []
+    for value, static in ((t["runtime_scale"], spec.scale), (t["runtime_eps"], spec.eps),
+                          (k_eps, spec.eps)):
+        z = torch.zeros((1,), device=device, dtype=torch.float32)
+        parts.append(z + float(static) if value is None else z + value.to(torch.float32))
+    return torch.cat(parts)
+
+
 def _mask(spec: BlockSpec, t: dict, b, s):
     m = t["attn_mask"]
     if spec.mask == "none":
@@ -69,21 +86,22 @@ def _rows_view(x2d: torch.Tensor, s, d):
     return x2d, (s * ld, d, ld)
 
 
-def _attention(ap: AttentionPlan, spec: BlockSpec, q, k, v, o, *, b, s, prec, probs=None,
-               mask=None, flag=None, guard=0, v_kmajor=False):
+def _attention(ap: AttentionPlan, spec: BlockSpec, t, q, k, v, o, *, b, s, prec, probs=None,
+               mask=None, flag=None, guard=0, v_kmajor=False, runtime=None):
     """The attention launches of ``ap``; returns (o, probs, flag) (probs/flag None when not
-    written)."""
+    written). ``runtime``: the runtime scalars (``_runtime``)."""
     h, d = spec.num_heads, spec.head_dim
+    runtime = runtime if t["runtime_scale"] is not None else None
     common = dict(batch=b, seq=s, num_heads=h, groups=spec.groups, head_dim=d,
-                  scale=spec.effective_scale(), causal=spec.causal, prec=prec,
+                  scale=_static_scale(spec, t), causal=spec.causal, prec=prec,
                   mask=mask, mask_kind=flash.MASK_CODES[spec.mask], mask_fill=spec.mask_fill,
                   flag=flag, guard=guard, v_kmajor=v_kmajor,
                   upcast=interpreting() and q[0].dtype != torch.float32,
                   empty_zero=spec.core == "sdpa", window=getattr(spec, "window", 0),
-                  softcap=getattr(spec, "softcap", 0.0))
+                  softcap=getattr(spec, "softcap", 0.0), **_scale_args(spec, runtime))
     writes_flag = guard == 1 and o.dtype == torch.float16
     if ap.kind == "sdpa":
-        return _sdpa(spec, q, k, v, b, s), None, flag
+        return _sdpa(spec, q, k, v, b, s), None, flag      # (planned for static scales only)
     if ap.kind == "online":
         res = flash.launch(q, k, v, o, mode=0, cfg=ap.main, **common)
         return res[0], None, (res[1] if writes_flag else flag)
@@ -94,6 +112,19 @@ def _attention(ap: AttentionPlan, spec: BlockSpec, q, k, v, o, *, b, s, prec, pr
     (ml,) = flash.launch(q, k, v, None, mode=1, cfg=ap.stats, ml=ml, **common)
     res = flash.launch(q, k, v, o, mode=2, cfg=ap.main, probs=probs, ml=ml, **common)
     return res[0], res[1], (res[2] if writes_flag else flag)
+
+
+def _static_scale(spec, t) -> float:
+    """The scores' multiplier when it is static (1.0 stands in for a runtime one)."""
+    return 1.0 if t["runtime_scale"] is not None else spec.effective_scale()
+
+
+def _scale_args(spec, runtime):
+    """flash.launch's runtime-scale arguments (``runtime``: the device scalars when the scale
+    is a runtime value, else None)."""
+    if runtime is None:
+        return {}
+    return dict(runtime=runtime, scale_div=spec.core == "explicit" and spec.scale_op == "div")
 
 
 def _sdpa(spec, q, k, v, b, s):
@@ -148,12 +179,14 @@ def _native(plan: NativePlan, spec: BlockSpec, t: dict):
         else:
             v = F.linear(x2d, t["wv"], t["bv"]).contiguous()
     # 2. norm and RoPE on q and k, in place
+    rt = _runtime(spec, t, x.device)
     if spec.norm != "none" or spec.rope != "none":
         cos, sin = _tables(spec, t, b, s)
         q, k = qk_epilogue.norm_rope(
             q, k, q_norm_weight=t["q_norm_weight"], k_norm_weight=t["k_norm_weight"], cos=cos,
             sin=sin, seq=s, num_heads=h, num_kv_heads=hk, head_dim=d, norm=spec.norm,
-            eps=spec.eps, eps_k=spec.eps, rope=spec.rope, rotary_dim=spec.rotary_dim)
+            eps=spec.eps, eps_k=spec.eps, rope=spec.rope, rotary_dim=spec.rotary_dim,
+            runtime=rt)
     # 3. attention -> o [B, S, H*D]
     if plan.v_kmajor:
         vv = (v, (s, d * m, 1, m))
@@ -162,9 +195,9 @@ def _native(plan: NativePlan, spec: BlockSpec, t: dict):
     o = torch.empty((b, s, nq), device=x.device, dtype=x.dtype)
     probs = (torch.empty((b, h, s, s), device=x.device, dtype=x.dtype)
              if spec.return_probs else None)
-    o, probs, _ = _attention(plan.attention, spec, _rows_view(q, s, d), _rows_view(k, s, d), vv,
-                             o, b=b, s=s, prec=plan.prec, probs=probs, mask=_mask(spec, t, b, s),
-                             v_kmajor=plan.v_kmajor)
+    o, probs, _ = _attention(plan.attention, spec, t, _rows_view(q, s, d), _rows_view(k, s, d),
+                             vv, o, b=b, s=s, prec=plan.prec, probs=probs,
+                             mask=_mask(spec, t, b, s), v_kmajor=plan.v_kmajor, runtime=rt)
     # 4. o_proj
     out = _o_proj_native(plan, t, o, m)
     return out, (probs if probs is not None else _no_probs(x))
@@ -210,9 +243,10 @@ def _fp16_copies(plan: Fp16CopiesPlan, spec: BlockSpec, t: dict):
     angles = (table.inv, table.positions) if plan.fused_angles and table is not None else None
     # 2. the Q/K/V GEMM with the norm/RoPE epilogue: fp16 copies of q, k, v as column slices of
     #    one [M, Nq + Nk + Nv] buffer
+    rt = _runtime(spec, t, dev)
     epilogue = dict(q_norm_weight=t["q_norm_weight"], k_norm_weight=t["k_norm_weight"],
                     cos=cos, sin=sin, seq=s, head_dim=d, norm=spec.norm, eps=spec.eps,
-                    eps_k=spec.eps, rope=spec.rope)
+                    eps_k=spec.eps, rope=spec.rope, runtime=rt)
     qkv16, flag = proj_rope.launch(x16, w16, x_inv, w_inv, flag, parts, cfg=plan.projection,
                                    num_sms=plan.num_sms, angles=angles, **epilogue)
     wo = t["wo"]
@@ -224,11 +258,11 @@ def _fp16_copies(plan: Fp16CopiesPlan, spec: BlockSpec, t: dict):
     mask = _mask(spec, t, b, s)
     o = torch.empty((b, s, h * d), device=dev, dtype=torch.float16 if plan.o16 else x.dtype)
     probs = torch.empty((b, h, s, s), device=dev, dtype=x.dtype) if spec.return_probs else None
-    o, probs, flag = _attention(plan.attention, spec, _rows_view(q16, s, d),
+    o, probs, flag = _attention(plan.attention, spec, t, _rows_view(q16, s, d),
                                 _rows_view(k16, s, d), (v16, (s * v16.stride(0), d,
                                                               v16.stride(0), 1)),
                                 o, b=b, s=s, prec="tf32", probs=probs, mask=mask, flag=flag,
-                                guard=1)
+                                guard=1, runtime=rt)
     # 4. the float32 fallback, guarded by the flag: exact products of the fp16 operand copies
     #    (a guarded GEMM), their scales undone with norm and RoPE, attention on float32
     qkv32 = torch.empty((m, sum(parts)), device=dev, dtype=torch.float32)
@@ -240,7 +274,8 @@ def _fp16_copies(plan: Fp16CopiesPlan, spec: BlockSpec, t: dict):
     q32, k32, v32 = (qkv32[:, a:z] for a, z in cuts)
     o32 = torch.empty((b, s, h * d), device=dev, dtype=x.dtype) if plan.o16 else o
     fallback = AttentionPlan("fallback", configs.fallback_attention())
-    o32, probs = _fallback_attention(fallback, spec, q32, k32, v32, o32, probs, mask, flag, b, s)
+    o32, probs = _fallback_attention(fallback, spec, t, q32, k32, v32, o32, probs, mask, flag, b,
+                                     s, rt)
     # 5. o_proj: fp16 GEMM with float32 output, and its guarded float32 twin
     if wo is None:
         return o32, (probs if probs is not None else _no_probs(x))
@@ -252,15 +287,16 @@ def _fp16_copies(plan: Fp16CopiesPlan, spec: BlockSpec, t: dict):
     return out.view(b, s, -1), (probs if probs is not None else _no_probs(x))
 
 
-def _fallback_attention(ap, spec, q32, k32, v32, o32, probs, mask, flag, b, s):
+def _fallback_attention(ap, spec, t, q32, k32, v32, o32, probs, mask, flag, b, s, rt):
     """The guarded float32 attention: one launch (MODE 4, the pair row tile by row tile, or
     MODE 0) of looping programs that exit at once unless the flag is raised."""
     d = spec.head_dim
     common = dict(batch=b, seq=s, num_heads=spec.num_heads, groups=spec.groups, head_dim=d,
-                  scale=spec.effective_scale(), causal=spec.causal, prec="tf32", mask=mask,
+                  scale=_static_scale(spec, t), causal=spec.causal, prec="tf32", mask=mask,
                   mask_kind=flash.MASK_CODES[spec.mask], mask_fill=spec.mask_fill, flag=flag,
                   guard=2, empty_zero=spec.core == "sdpa", cfg=ap.main,
-                  window=getattr(spec, "window", 0), softcap=getattr(spec, "softcap", 0.0))
+                  window=getattr(spec, "window", 0), softcap=getattr(spec, "softcap", 0.0),
+                  **_scale_args(spec, rt if t["runtime_scale"] is not None else None))
     qv, kv = _rows_view(q32, s, d), _rows_view(k32, s, d)
     vv = (v32, (s * v32.stride(0), d, v32.stride(0), 1))
     if not spec.return_probs:

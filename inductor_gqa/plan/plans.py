@@ -188,8 +188,6 @@ def _check_common(spec: BlockSpec, p: Problem, options) -> None:
         raise Unsupported(f"dtype {p.dtype}")
     if not 16 <= spec.head_dim <= 256:
         raise Unsupported(f"head_dim {spec.head_dim} (kernels cover 16-256)")
-    if p.runtime_floats:
-        raise Unsupported("a runtime float (scale or eps that dynamic=True keeps as a value)")
     if p.tables_dtype is not None and p.tables_dtype != p.dtype:
         raise Unsupported(f"cos/sin in {p.tables_dtype}, activations in {p.dtype}")
     if not p.mask_rank_ok:
@@ -211,6 +209,7 @@ def _attention_plan(spec: BlockSpec, p: Problem, operands: str, gpu) -> Attentio
         # the library's attention (cuDNN / FlashAttention with GQA) for 16-bit blocks at large
         # B*H*S; ours where the grid is small (W092 on the H200: ours for small S*B*H)
         if (operands == "b16" and spec.mask == "none" and rows >= SDPA_MIN_ROWS
+                and not p.runtime_floats
                 and not getattr(spec, "window", 0) and not getattr(spec, "softcap", 0.0)
                 and spec.head_dim in (64, 128) and not interpreting()):
             return AttentionPlan("sdpa")

@@ -52,6 +52,11 @@ def _blocks():
     for s, b in ((128, 1), (1024, 4), (293, 4)):
         out.append((f"W092 {s}x{b}", BlockSpec(**w092), bf16, "high", (b, s, 4096),
                     dict(tables=True, bias=True)))
+    # runtime floats (dynamic=True): eps and a divisor scale read from device scalars
+    for dt, prec in ((f32, "high"), (bf16, "high")):
+        out.append((f"runtime floats {dt}", BlockSpec(**{**w092, "scale": 0.0,
+                                                         "scale_op": "div"}), dt, prec,
+                    (2, 128, 1024), dict(runtime=True)))
     small = dict(num_heads=8, num_kv_heads=2, core="sdpa", scale=0.125)
     for mask in ("bool_keep", "additive"):
         for dt in (f32, bf16):
@@ -90,7 +95,7 @@ def _problem(spec, dtype, precision, shape, extras):
                    qkv_bias=bool(extras.get("bias")), o_proj=True, o_bias=False,
                    rope_source=("none" if spec.rope == "none" else
                                 "tables" if extras.get("tables") else "positions"),
-                   runtime_floats=False,
+                   runtime_floats=bool(extras.get("runtime")),
                    tables_dtype=getattr(torch, dtype) if extras.get("tables") else None,
                    mask_rank_ok=True)
 
@@ -123,6 +128,9 @@ def _tensors(spec, dtype, shape, extras):
             else:
                 t.update(inv_freq=torch.empty(spec.rotary_dim // 2),
                          position_ids=torch.empty(b, s, dtype=torch.int64))
+        if extras.get("runtime"):
+            t.update(runtime_scale=torch.empty((), dtype=torch.float64),
+                     runtime_eps=torch.empty((), dtype=torch.float64))
         if spec.mask != "none":
             t["attn_mask"] = (torch.empty(b, 1, s, s, dtype=torch.bool)
                               if spec.mask.startswith("bool") else torch.empty(b, 1, s, s, dtype=dt))

@@ -97,18 +97,42 @@ def test_dynamic_shapes_one_graph_per_bucket():
     assert counters["inductor_gqa"]["blocks_fused"] == 2
 
 
-def test_unsupported_block_is_left_to_inductor(caplog):
-    """A block no plan covers is not fused: the graph keeps the user's code, and the reason is
-    counted and logged."""
+def test_unsupported_block_is_left_to_inductor(caplog, monkeypatch):
+    """A block no plan covers (here: as if causal masking had no kernel) is not fused: the
+    graph keeps the user's code, and the reason is counted and logged."""
+    from inductor_gqa.plan import plans
+    monkeypatch.setattr(plans, "_KNOWN_FIELDS", plans._KNOWN_FIELDS - {"causal"})
     graphs = []
-    fn, inp = small_w092(12, 2)         # dynamic=True keeps the eps argument a runtime value
+    fn, inp = small_w092(12, 2)
     with caplog.at_level("INFO", logger="inductor_gqa"):
-        out = torch.compile(fn, backend=kernels_backend(graphs), dynamic=True)(**inp)
+        out = torch.compile(fn, backend=kernels_backend(graphs), dynamic=False)(**inp)
     c = counters["inductor_gqa"]
     assert c["blocks_fused"] == 0 and c["rejected: no kernel plan"] == 1
-    assert "runtime float" in caplog.text
+    assert "no kernel for causal=True" in caplog.text
     assert FUSED_OP not in [n.target for n in graphs[-1].nodes]
     _check(wl.W092, out, fn(**inp), 3e-2)
+
+
+@pytest.mark.parametrize("precision", ["high", "highest"])
+def test_runtime_floats(precision):
+    """dynamic=True keeps float arguments (the norm's eps here) as runtime values: fused, the
+    kernels reading them from a device scalar."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        graphs = []
+        fn = wl.workload_fn(wl.W092, 6, 2, 32)
+        inp = wl.make_inputs(wl.W092, 12, 2, hidden=64, num_heads=6, num_kv_heads=2,
+                             head_dim=32, seed=1)
+        inp = {k: v.float() for k, v in inp.items()}          # float32: the fp16-copies plan
+        compiled = torch.compile(fn, backend=kernels_backend(graphs), dynamic=True)
+        for eps in (1e-5, 0.5):
+            out = compiled(**inp, rms_norm_eps=eps)
+            torch.testing.assert_close(out, fn(**inp, rms_norm_eps=eps), atol=3e-3, rtol=1e-2)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    c = counters["inductor_gqa"]
+    assert c["blocks_fused"] == 1 and len(graphs) == 1
 
 
 def _mlp():
