@@ -4,8 +4,8 @@
 
 Compiles the workload function as the perf job does (same dynamic marking), warms up, then
 profiles ``--calls`` calls and prints every CUDA kernel with its launches per call and mean time,
-and the call's GPU time from CUDA-graph replay, then the config choices measured for the case
-(best three each). ``--options '{"rope_from_positions": false}'``
+and the call's GPU time from CUDA-graph replay, then the kernel plans the pass chose (its
+counters). ``--options '{"tuned_tables": false}'``
 compiles the backend with those Options, for A/B runs. ``--forms fn,module`` profiles the
 function form, then the nn.Module form, in one process (a choice line printed under the module
 form is a key the function form did not reach).
@@ -20,8 +20,9 @@ import sys
 
 import torch
 
+from torch._dynamo.utils import counters
+
 from inductor_gqa import workloads as wl
-from inductor_gqa.kernels import tuning
 
 from . import bench
 
@@ -117,13 +118,9 @@ def _one(a, form, spec, fns, seen, report):
           f"{sum(r['per_call'] for r in rows):.0f} kernels, {total:.1f} us summed kernel time")
     for r in rows:
         print(f"  {r['per_call']:4.1f}x {r['us']:8.1f} us  {r['kernel']}")
-    for key, timed in tuning.TIMINGS.items():
-        if key not in seen:     # choices measured for this case: the best three
-            seen.add(key)
-            best = ", ".join(f"{c}: {ms * 1e3:.1f} us" for c, ms in timed[:3])
-            print(f"  choice {key}: {best}")
-            report[spec].setdefault("choices", {})[str(key)] = [(str(c), ms * 1e3)
-                                                                 for c, ms in timed]
+    plans = {k: v for k, v in counters["inductor_gqa"].items() if k.startswith("plan")}
+    print(f"  plans compiled so far: {plans}")
+    report[spec]["plans"] = plans
 
 
 if __name__ == "__main__":
