@@ -55,6 +55,22 @@ def split(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
+def _config_table() -> dict:
+    """The plan table the compiled blocks read on this GPU: its file and content hash."""
+    import hashlib
+    try:
+        import torch
+        from inductor_gqa.plan import configs
+        if not torch.cuda.is_available():
+            return {}
+        path = configs.TABLES_DIR / f"{configs.gpu_slug(torch.cuda.get_device_name())}.json"
+    except Exception:  # noqa: BLE001 - reported as absent
+        return {}
+    if not path.exists():
+        return {"file": None}
+    return {"file": str(path.name), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16]}
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m perf.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -631,20 +647,8 @@ def main(argv=None) -> int:
     incomplete = any(r["status"] == "skipped" for r in rows)
     host_case = (("W075", "high") + SMOKE_CASES["W075"][0]) if args.smoke else stats.HOST_CASE
     doc["host_time"] = stats.host_time(rows, host_case)
-    try:
-        from inductor_gqa.kernels import tuning
-        # a kernel config that failed for a reason other than resources is a bug, not a slow
-        # config
-        doc["candidate_failures"] = tuning.failure_report()
-        # choices made untimed inside a CUDA-graph capture (reported, not failed)
-        doc["untimed_choices"] = tuning.untimed_report()
-        # the named choices' timings (plans, the fused projection's configs)
-        doc["choices"] = tuning.choice_report()
-    except Exception as e:  # noqa: BLE001  (kernels rewritten or absent: nothing to report)
-        doc["candidate_failures"], doc["untimed_choices"], doc["choices"] = {}, {}, {}
-        log(f"no tuning report: {type(e).__name__}: {e}")
-    if doc["candidate_failures"]:
-        rc = 1
+    # the kernel configs are chosen while compiling, from the GPU's measured table: name it
+    doc["config_table"] = _config_table()
     save()
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write(stats.markdown_report(doc))
@@ -664,10 +668,6 @@ def main(argv=None) -> int:
                   f"{v.get('precision') or v.get('attn')}/{v['impl']}/"
                   f"{v.get('form') or v.get('seq')}: {v['status']} {v.get('error') or ''}")
     print(stats.gate_text(g))
-    for k, v in doc["candidate_failures"].items():
-        print(f"CANDIDATE FAILED {k}: {v}")
-    for k, v in doc["untimed_choices"].items():
-        print(f"UNTIMED CHOICE {k}: {v} (first met under graph capture)")
     if incomplete:
         print(f"INCOMPLETE: work skipped after the {args.deadline:.0f}s deadline")
         rc = rc or 3

@@ -21,7 +21,7 @@ from typing import Optional
 
 from ..kernels.launch import interpreting, next_pow2
 
-_TABLES = pathlib.Path(__file__).parent / "tables"
+TABLES_DIR = pathlib.Path(__file__).parent / "tables"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +101,7 @@ def bucket(n) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _table(gpu: str) -> dict:
-    path = _TABLES / f"{gpu_slug(gpu)}.json"
+    path = TABLES_DIR / f"{gpu_slug(gpu)}.json"
     if not path.exists():
         return {}
     return json.loads(path.read_text())

@@ -160,7 +160,7 @@ def main(argv=None) -> int:
         print("no GPU")
         return 2
     gpu = torch.cuda.get_device_name()
-    out = a.out or str(cfgs._TABLES / f"{cfgs.gpu_slug(gpu)}.json")
+    out = a.out or str(cfgs.TABLES_DIR / f"{cfgs.gpu_slug(gpu)}.json")
     cases = [c for c in CASES if c[0] in a.workloads.split(",")]
     table, summary = tune(cases, a.deadline, log=lambda m: print(m, flush=True))
     merged = json.loads(open(out).read()) if os.path.exists(out) else {}
