@@ -27,6 +27,7 @@ from .find.rewrite import rewrite
 from .lower import expand
 from .options import Options
 from .patterns.attention_core import anchors
+from .plan import tune
 from .plan.plans import Problem, Unsupported, choose
 
 _PACKAGE = pathlib.Path(__file__).parent
@@ -112,7 +113,7 @@ def run(graph: Graph, options: Options) -> int:
         plan = None
         if values["x"].device.type != "cpu" or options.cpu_kernels:
             try:
-                plan = choose(match.spec, Problem.of(match.spec, values), options)
+                plan = plan_for(match.spec, values, options)
             except Unsupported as u:
                 report.rejected(anchor, "no kernel plan", u.reason)
                 continue
@@ -126,6 +127,16 @@ def run(graph: Graph, options: Options) -> int:
     if fused:
         graph.lint()
     return fused
+
+
+def plan_for(spec, values: dict, options):
+    """The block's kernel plan: measured for its shape while compiling under max-autotune (or
+    ``Options.autotune``), else from the GPU's config table."""
+    problem = Problem.of(spec, values)
+    plan = choose(spec, problem, options)       # raises Unsupported first, before any tuning
+    if tune.autotune_enabled(options):
+        plan = tune.plan_block(spec, problem, values, options) or plan
+    return plan
 
 
 def match_values(match) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +23,10 @@ class Options:
     fp16_operands: bool = True
     # Use the measured per-GPU config tables (plan/tables/); off: every family's default config.
     tuned_tables: bool = True
+    # Measure each block's kernel configs for its own shape while it compiles (seconds per new
+    # block, kept in Inductor's cache directory so a second process measures nothing). None:
+    # on under mode="max-autotune", off otherwise.
+    autotune: Optional[bool] = None
     # Lower blocks on CPU tensors to the GPU kernel plans, run by Triton's interpreter
     # (TRITON_INTERPRET=1): how the CPU tests run the GPU path. Off: CPU blocks run the PyTorch
     # reference inside the fused op.

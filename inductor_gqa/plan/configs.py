@@ -116,10 +116,17 @@ def table_key(family: str, *parts) -> str:
     return "|".join([family, *map(str, parts)])
 
 
-def lookup(gpu: Optional[str], family: str, parts: tuple, cls, default):
-    """The measured config for (family, parts) on ``gpu``, else ``default``."""
-    if gpu:
-        entry = _table(gpu).get(table_key(family, *parts))
+def committed_table(gpu: Optional[str]) -> dict:
+    """The measured table shipped for this GPU ({} for none)."""
+    return _table(gpu) if gpu else {}
+
+
+def lookup(tables, family: str, parts: tuple, cls, default):
+    """The config for (family, parts) from the first of ``tables`` (dicts of table entries)
+    that has one, else ``default``."""
+    key = table_key(family, *parts)
+    for table in tables:
+        entry = table.get(key)
         if entry is not None:
             return cls(**entry)
     return default
@@ -174,11 +181,11 @@ def attention_key(kind, operands, head_dim, mode, groups, seq_hint, causal, mask
     return (kind, operands, head_dim, mode, groups, int(causal), mask_kind, bucket(seq_hint))
 
 
-def choose_attention(gpu, kind, operands, head_dim, mode, groups, seq_static, seq_hint, rows,
+def choose_attention(tables, kind, operands, head_dim, mode, groups, seq_static, seq_hint, rows,
                      causal, mask_kind) -> AttentionConfig:
     cands = attention_candidates(kind, operands, head_dim, mode, groups, seq_static, causal)
     key = attention_key(kind, operands, head_dim, mode, groups, seq_hint, causal, mask_kind)
-    found = lookup(gpu, "attention", key, AttentionConfig, None)
+    found = lookup(tables, "attention", key, AttentionConfig, None)
     if found in cands:
         return found
     if kind == "single" and rows < 16384 and not interpreting():
@@ -200,7 +207,7 @@ def projection_candidates(parts, head_dim, rows_static, tma=True) -> list:
             and (not c.persistent or rows_static is not None)]
 
 
-def choose_projection(gpu, rows_hint, parts, head_dim, rows_static,
+def choose_projection(tables, rows_hint, parts, head_dim, rows_static,
                       tma=True) -> Optional[ProjectionConfig]:
     """proj_rope's config, or None where no candidate covers the part widths."""
     cands = projection_candidates(parts, head_dim, rows_static, tma)
@@ -208,7 +215,7 @@ def choose_projection(gpu, rows_hint, parts, head_dim, rows_static,
         return None
     if interpreting():
         return cands[0]
-    found = lookup(gpu, "projection", projection_key(rows_hint, parts, head_dim),
+    found = lookup(tables, "projection", projection_key(rows_hint, parts, head_dim),
                    ProjectionConfig, None)
     if found is not None and dataclasses.replace(found, tma=tma) in cands:
         return dataclasses.replace(found, tma=tma)
@@ -228,12 +235,12 @@ def gemm_key(which, rows_hint, n, k) -> tuple:
     return (which, bucket(rows_hint), bucket(n), k)
 
 
-def choose_gemm(gpu, which, rows_hint, n, k) -> Optional[GemmConfig]:
+def choose_gemm(tables, which, rows_hint, n, k) -> Optional[GemmConfig]:
     """The 3xTF32 Triton GEMM's config for float32 under "highest", or None where the table says
     the library's IEEE GEMM wins."""
     if interpreting():
         return _INTERP_GEMM
-    found = lookup(gpu, "gemm_tf32x3", gemm_key(which, rows_hint, n, k), GemmConfig, None)
+    found = lookup(tables, "gemm_tf32x3", gemm_key(which, rows_hint, n, k), GemmConfig, None)
     if found is None:
         # H200 (plan/tune.py): ours beat the library's IEEE GEMM at every W075 size, 64x64x64
         # tiles up to ~2k rows, 128-row tiles beyond

@@ -199,10 +199,10 @@ def _check_common(spec: BlockSpec, p: Problem, options) -> None:
 SDPA_MIN_ROWS = 131072      # B * H * S from which the library's attention is planned
 
 
-def _attention_plan(spec: BlockSpec, p: Problem, operands: str, gpu) -> AttentionPlan:
+def _attention_plan(spec: BlockSpec, p: Problem, operands: str, tables) -> AttentionPlan:
     rows = p.rows_hint * spec.num_heads
     mk = MASK_CODES[spec.mask]
-    common = dict(gpu=gpu, operands=operands, head_dim=spec.head_dim, groups=spec.groups,
+    common = dict(tables=tables, operands=operands, head_dim=spec.head_dim, groups=spec.groups,
                   seq_static=p.seq_max, seq_hint=p.seq_hint, rows=rows, causal=spec.causal,
                   mask_kind=mk)
     if not spec.return_probs:
@@ -223,7 +223,7 @@ def _attention_plan(spec: BlockSpec, p: Problem, operands: str, gpu) -> Attentio
                          cfgs.choose_attention(kind="pair", mode=1, **common))
 
 
-def _fp16_copies(spec: BlockSpec, p: Problem, options, gpu) -> Optional[Fp16CopiesPlan]:
+def _fp16_copies(spec: BlockSpec, p: Problem, options, tables) -> Optional[Fp16CopiesPlan]:
     """The fp16-copies plan where it applies, else None."""
     if not (options.fp16_operands and p.dtype == torch.float32 and p.precision != "highest"):
         return None
@@ -239,7 +239,8 @@ def _fp16_copies(spec: BlockSpec, p: Problem, options, gpu) -> Optional[Fp16Copi
     # tensor descriptors fail at launch there on torch 2.11
     from torch._inductor import config as inductor_config
     tma = not inductor_config.cpp_wrapper
-    proj = cfgs.choose_projection(gpu, p.rows_hint, parts, spec.head_dim, p.rows_static, tma)
+    proj = cfgs.choose_projection(tables, p.rows_hint, parts, spec.head_dim, p.rows_static,
+                                  tma)
     if proj is None:
         return None
     return Fp16CopiesPlan(
@@ -247,14 +248,17 @@ def _fp16_copies(spec: BlockSpec, p: Problem, options, gpu) -> Optional[Fp16Copi
         fused_angles=(p.rope_source == "positions" and spec.rope == "half"
                       and spec.rotary_dim == spec.head_dim),
         o16=p.o_proj and not p.o_bias and spec.head_dim >= 2,
-        attention=_attention_plan(spec, p, "f16", gpu), num_sms=p.num_sms)
+        attention=_attention_plan(spec, p, "f16", tables), num_sms=p.num_sms)
 
 
-def choose(spec: BlockSpec, p: Problem, options) -> Plan:
-    """The plan for this block, or ``Unsupported``."""
+def choose(spec: BlockSpec, p: Problem, options, tables=None) -> Plan:
+    """The plan for this block, or ``Unsupported``. ``tables``: the config tables to consult,
+    first hit wins (default: the GPU's committed table, unless ``options.tuned_tables`` is off;
+    ``tune.plan_block`` adds the block's own compile-time measurements in front)."""
     _check_common(spec, p, options)
-    gpu = p.gpu if options.tuned_tables else None     # None: every family's default config
-    plan = _fp16_copies(spec, p, options, gpu)
+    if tables is None:
+        tables = (cfgs.committed_table(p.gpu),) if options.tuned_tables else ()
+    plan = _fp16_copies(spec, p, options, tables)
     if plan is not None:
         return plan
     if p.dtype == torch.float32:
@@ -266,7 +270,8 @@ def choose(spec: BlockSpec, p: Problem, options) -> Plan:
     nq = spec.num_heads * spec.head_dim
     return NativePlan(
         prec=prec,
-        qkv_gemm=cfgs.choose_gemm(gpu, "qkv", p.rows_hint, nq, p.embed) if triton_gemms else None,
-        o_gemm=cfgs.choose_gemm(gpu, "o", p.rows_hint, p.embed, nq) if triton_gemms else None,
+        qkv_gemm=(cfgs.choose_gemm(tables, "qkv", p.rows_hint, nq, p.embed) if triton_gemms
+                  else None),
+        o_gemm=cfgs.choose_gemm(tables, "o", p.rows_hint, p.embed, nq) if triton_gemms else None,
         v_kmajor=p.dtype == torch.float32,
-        attention=_attention_plan(spec, p, operands, gpu))
+        attention=_attention_plan(spec, p, operands, tables))

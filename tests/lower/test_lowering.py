@@ -173,3 +173,21 @@ def test_pass_cost_on_a_large_graph_without_blocks():
     t0 = time.perf_counter()
     assert run(graph, Options()) == 0
     assert time.perf_counter() - t0 < 0.25
+
+
+def test_autotune_measures_once_and_caches_on_disk(monkeypatch, tmp_path):
+    """Options(autotune=True) (or max-autotune) measures the block's configs while it compiles
+    and keeps them in Inductor's cache directory: a second compile measures nothing."""
+    from inductor_gqa.plan import tune
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    calls = []
+    descend = tune._descend
+    monkeypatch.setattr(tune, "_descend", lambda *a, **k: calls.append(1) or descend(*a, **k))
+    fn, inp = small_w092(12, 2)
+    for _ in range(2):
+        torch._dynamo.reset()
+        out = torch.compile(fn, backend=kernels_backend([], autotune=True), dynamic=False)(**inp)
+        _check(wl.W092, out, fn(**inp), 3e-2)
+    assert calls == [1]
+    files = list((tmp_path / "inductor_gqa").glob("*.json"))
+    assert len(files) == 1 and "attention|" in files[0].read_text()
