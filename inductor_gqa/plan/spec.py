@@ -15,6 +15,7 @@ ROPES = ("none", "half", "interleaved")
 CORES = ("sdpa", "explicit")
 SCALE_OPS = ("mul", "div")
 MASKS = ("none", "bool_keep", "bool_fill", "additive")
+NORM_SCOPES = ("head", "proj")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +29,11 @@ class BlockSpec:
     #   fp32_one_plus_weight: (x.float() * rsqrt(mean(x^2) + eps) * (1 + w.float())).to(dtype)
     norm: str = "none"
     eps: float = 1e-6
+    # What the norm is taken over (weights shaped to match):
+    #   head: each head's head_dim features, weight [head_dim], q and k of [B, S, heads, D]
+    #   proj: the whole projection row before the head split (OLMo-2), weights [H*D] for q and
+    #         [Hkv*D] for k: q = norm(x @ Wq^T + bq).view(B, S, H, D)
+    norm_scope: str = "head"
     # RoPE on the first rotary_dim features of q and k, after the norm.
     #   half:        x * cos + cat(-x2, x1) * sin          (x1, x2 = halves)
     #   interleaved: x * cos + stack(-x[1::2], x[::2]).flatten(-2) * sin   (GPT-J)
@@ -41,6 +47,14 @@ class BlockSpec:
     scale: float = 1.0
     scale_op: str = "mul"
     causal: bool = False
+    # Sliding window (0 = none): key j is visible from query i only when i - j < window
+    # (transformers' sliding_window: kv_idx > q_idx - window), positions aligned at the end as
+    # for causal; combined with causal it keeps the last ``window`` keys up to the query. Applied
+    # like causal: -inf before the mask tensor.
+    window: int = 0
+    # Logit softcapping (0 = off), explicit core only, after the scale and before any mask:
+    #   s = tanh(s / softcap) * softcap
+    softcap: float = 0.0
     # Mask tensor passed in (broadcastable to [B, H, S, S]):
     #   bool_keep: True = attend (SDPA convention);  bool_fill: True = replaced by mask_fill
     #   additive:  added to the scores
@@ -61,6 +75,10 @@ class BlockSpec:
         need(self.core in CORES, f"core must be one of {CORES}")
         need(self.scale_op in SCALE_OPS, f"scale_op must be one of {SCALE_OPS}")
         need(self.mask in MASKS, f"mask must be one of {MASKS}")
+        need(self.norm_scope in NORM_SCOPES, f"norm_scope must be one of {NORM_SCOPES}")
+        need(self.window >= 0, "window must be >= 0")
+        need(self.softcap >= 0.0, "softcap must be >= 0")
+        need(not (self.softcap and self.core == "sdpa"), "sdpa core has no softcapping")
         if self.rope != "none":
             need(0 < self.rotary_dim <= self.head_dim and self.rotary_dim % 2 == 0,
                  "rotary_dim must be even and in (0, head_dim]")
