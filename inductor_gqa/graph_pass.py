@@ -18,6 +18,7 @@ from torch.fx import Graph
 from . import patterns
 from .find import report
 from .find.assemble import assemble
+from .find.canonical import canonicalize
 from .find.graph import Reject
 from .find.rewrite import rewrite
 from .options import Options
@@ -83,27 +84,32 @@ def run(graph: Graph, options: Options) -> int:
     found = anchors(graph)
     if not found:
         return 0
+    rep = report.GraphReport()
     if _requires_grad(graph):
         for a in found:
-            report.seen(a)
-            report.rejected(a, "inputs require grad", "the fused op has no backward yet")
+            rep.seen(a)
+            rep.rejected(a, "inputs require grad", "the fused op has no backward yet")
+        rep.summary()
         return 0
+    canonicalize(graph)
+    found = anchors(graph)
     fused = 0
     alive = set(graph.nodes)
     for anchor in found:
         if anchor not in alive:
             continue
-        report.seen(anchor)
+        rep.seen(anchor)
         try:
             match = assemble(anchor, options)
         except Reject as r:
-            report.rejected(anchor, r.reason, r.detail)
+            rep.rejected(anchor, r.reason, r.detail)
             continue
         rewrite(graph, match)
         graph.eliminate_dead_code()
         alive = set(graph.nodes)
-        report.fused(anchor, match.spec)
+        rep.fused(anchor, match.spec)
         fused += 1
     if fused:
         graph.lint()
+    rep.summary()
     return fused
