@@ -28,7 +28,7 @@ def _close(out, ref, dtype):
     for o, r in zip(out, ref):
         assert o.shape == r.shape and o.dtype == r.dtype
         if dtype == torch.float32:
-            torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5, equal_nan=True)
         else:
             ok, frac = wl.check(o, r, atol_=5e-3, rtol=0.05)
             assert ok, f"only {frac:.4f} of elements within tolerance"
