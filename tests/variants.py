@@ -29,13 +29,14 @@ class Variant:
                                   # | promoted (bf16 w * f32 x) | recip_sqrt | sum_div
                                   # | over_proj (OLMo-2) | no_upcast
     rope: str = "none"            # none | half | inv_freq | interleaved | partial
+                                  # | half_fp32 (OLMo: float32 cos/sin, q/k promoted, cast back)
     repeat: str = "expand"        # expand | interleave | none (SDPA enable_gqa) | mha
     core: str = "explicit"        # explicit | sdpa
     scale: str = "mul"            # mul | div | none | default (sdpa)
     mask: str = "none"            # none | causal_fill | causal_add | causal_sdpa | bool_in | add_in
                                   # | causal_fill_min | window | bool_keep_sdpa | causal_and_add_in
                                   # | keep_where | pad_rows_inf | pad_rows_min | pad_rows_sdpa
-                                  # | window_and_pad
+                                  # | window_and_pad | chunked (constant, not causal/window)
     probs: bool = False           # return the probabilities
     end: str = "o_proj"           # o_proj | o_proj_bias | merged | heads
     softcap: float = 0.0
@@ -85,9 +86,10 @@ def build(v: Variant, seed: int = 0):
         inp["qn"] = (1 + 0.1 * torch.randn(nq, generator=g)).to(dt)
         inp["kn"] = (1 + 0.1 * torch.randn(nk, generator=g)).to(dt)
     rot = D // 2 if v.rope == "partial" else D
-    if v.rope in ("half", "interleaved", "partial"):
+    if v.rope in ("half", "interleaved", "partial", "half_fp32"):
         ang = torch.randn(B, S, rot, generator=g)
-        inp["cos"], inp["sin"] = ang.cos().to(dt), ang.sin().to(dt)
+        cs_dt = torch.float32 if v.rope == "half_fp32" else dt
+        inp["cos"], inp["sin"] = ang.cos().to(cs_dt), ang.sin().to(cs_dt)
     if v.rope == "inv_freq":
         inp["inv_freq"] = 1.0 / (10000 ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
         inp["position_ids"] = torch.arange(S)[None].expand(B, S).contiguous()
@@ -173,6 +175,10 @@ def build(v: Variant, seed: int = 0):
             emb = torch.cat((f, f), dim=-1)
             c, sn = emb.cos().to(x.dtype).unsqueeze(1), emb.sin().to(x.dtype).unsqueeze(1)
             q, k = q * c + _rotate_half(q) * sn, k * c + _rotate_half(k) * sn
+        elif v.rope == "half_fp32":
+            c, sn = cos.unsqueeze(1), sin.unsqueeze(1)
+            q = ((q * c) + (_rotate_half(q) * sn)).to(q.dtype)
+            k = ((k * c) + (_rotate_half(k) * sn)).to(k.dtype)
         elif v.rope in ("half", "interleaved"):
             c, sn = cos.unsqueeze(1), sin.unsqueeze(1)
             r = _rotate_half if v.rope == "half" else _rotate_interleaved
@@ -229,6 +235,10 @@ def build(v: Variant, seed: int = 0):
                 sc = sc.masked_fill(band, float("-inf"))
             elif v.mask == "bool_in":
                 sc = sc.masked_fill(mask, float("-inf"))
+            elif v.mask == "chunked":         # causal within chunks of 3: a constant mask that
+                i = torch.arange(s, device=x.device)   # is neither causal nor a window
+                sc = sc.masked_fill((i[None, :] > i[:, None]) | (i[None, :] // 3 != i[:, None] // 3),
+                                    float("-inf"))
             elif v.mask == "keep_where":      # where(keep, scores, -inf)
                 sc = torch.where(mask, sc, float("-inf"))
             elif v.mask == "window_and_pad":  # a window built in the graph, then padding
@@ -289,6 +299,8 @@ FUSED = [
             mask="causal_add"),
     Variant("norm_promoted_bf16", dtype=torch.bfloat16, norm="promoted", rope="half",
             mask="causal_add"),
+    Variant("rope_fp32_bf16", dtype=torch.bfloat16, norm="over_proj", rope="half_fp32",
+            mask="causal_fill"),
     Variant("norm_recip_sqrt", norm="recip_sqrt", rope="half", mask="causal_fill"),
     Variant("norm_sum_div", norm="sum_div", rope="half", mask="causal_fill"),
     Variant("norm_over_projection", norm="over_proj", rope="half", mask="causal_fill"),
@@ -298,6 +310,7 @@ FUSED = [
     Variant("keep_where_mask", mask="keep_where", probs=True),
     # sliding windows and softcapping are op features
     Variant("sliding_window", mask="window"),
+    Variant("chunked_mask_as_tensor", mask="chunked", rope="half"),
     Variant("window_and_padding", mask="window_and_pad", rope="half"),
     Variant("softcap", softcap=30.0, mask="causal_fill"),
     Variant("softcap_recip", softcap=30.0, softcap_form="recip_mul", mask="add_in"),

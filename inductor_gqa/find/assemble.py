@@ -99,7 +99,8 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
     if rope_q is not None:
         if not (_same_node(rope_q.cos, rope_k.cos) and _same_node(rope_q.sin, rope_k.sin)):
             raise Reject("rope not recognized", "q and k use different cos/sin")
-        if (rope_q.style, rope_q.rotary_dim) != (rope_k.style, rope_k.rotary_dim):
+        if (rope_q.style, rope_q.rotary_dim, rope_q.fp32) != (rope_k.style, rope_k.rotary_dim,
+                                                              rope_k.fp32):
             raise Reject("rope not recognized", "q and k rotate differently")
         q_pre, k_pre = rope_q.x, rope_k.x
 
@@ -139,6 +140,7 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
         norm=norm_q.style if norm_q else "none", eps=norm_q.eps if norm_q else 1e-6,
         norm_scope=scope,
         rope=rope_q.style if rope_q else "none", rotary_dim=rope_q.rotary_dim if rope_q else 0,
+        rope_fp32=bool(rope_q and rope_q.fp32),
         core=core.kind, scale=float(core.scale), scale_op=core.scale_op, causal=core.causal,
         window=int(core.window), softcap=float(core.softcap),
         mask=core.mask, mask_fill=float(core.mask_fill),

@@ -100,7 +100,7 @@ def run_block(t: dict, spec: BlockSpec):
     x = t["x"]
     if x is None or x.dim() != 3 or x.dtype not in _DTYPES or not _enabled_for(x):
         return None
-    if spec.window or spec.softcap or spec.norm_scope != "head":
+    if spec.window or spec.softcap or spec.norm_scope != "head" or spec.rope_fp32:
         return None   # no kernel for these fields yet: the reference runs them
     try:
         return _run(t, spec)

@@ -50,6 +50,10 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, spec: Bloc
     r = spec.rotary_dim
     cos = _as_bsd(cos).unsqueeze(1)
     sin = _as_bsd(sin).unsqueeze(1)
+    if spec.rope_fp32 and x.dtype != torch.float32:
+        xf = x.to(torch.float32)
+        return (xf * cos.to(torch.float32) + _rotate(xf, spec.rope) * sin.to(torch.float32)).to(
+            x.dtype)
     if r == x.shape[-1]:
         return x * cos + _rotate(x, spec.rope) * sin
     x_rot, x_pass = x[..., :r], x[..., r:]
@@ -142,7 +146,8 @@ def project_qkv(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, si
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if spec.rope != "none":
         if cos is None:
-            cos, sin = rope_cos_sin(inv_freq, position_ids, x.dtype, spec.rope)
+            cos, sin = rope_cos_sin(inv_freq, position_ids,
+                                    torch.float32 if spec.rope_fp32 else x.dtype, spec.rope)
         q = apply_rope(q, cos, sin, spec)
         k = apply_rope(k, cos, sin, spec)
     return q, k, v

@@ -39,6 +39,10 @@ class BlockSpec:
     #   interleaved: x * cos + stack(-x[1::2], x[::2]).flatten(-2) * sin   (GPT-J)
     rope: str = "none"
     rotary_dim: int = 0
+    # RoPE of a bfloat16/float16 q and k computed in float32 (OLMo): float32 cos/sin,
+    #   (x.float() * cos + rotate(x).float() * sin).to(x.dtype)    (one rounding, at the end)
+    # Off: every step in x's dtype with cos/sin of x's dtype, as eager rounds it.
+    rope_fp32: bool = False
     # Attention core.
     #   sdpa:     F.scaled_dot_product_attention semantics (scale = its scale argument)
     #   explicit: s = q @ k^T; s = s * scale (scale_op mul) or s / scale (div); mask; softmax in
@@ -79,6 +83,7 @@ class BlockSpec:
         need(self.window >= 0, "window must be >= 0")
         need(self.softcap >= 0.0, "softcap must be >= 0")
         need(not (self.softcap and self.core == "sdpa"), "sdpa core has no softcapping")
+        need(not (self.rope_fp32 and self.rope == "none"), "rope_fp32 without RoPE")
         if self.rope != "none":
             need(0 < self.rotary_dim <= self.head_dim and self.rotary_dim % 2 == 0,
                  "rotary_dim must be even and in (0, head_dim]")
