@@ -22,6 +22,8 @@ import operator
 import torch
 from torch.fx import Graph, Node
 
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
 from .graph import CASTS, is_op, val
 
 aten, prims = torch.ops.aten, torch.ops.prims
@@ -55,13 +57,23 @@ def _tensor(n) -> torch.Tensor:
     return v
 
 
+def _same_sizes(a, b) -> bool:
+    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
+
+
 def _same_layout(a: Node, b: Node) -> bool:
+    """Same dtype, device, sizes and strides, provably (symbolic sizes are not guarded on)."""
     va, vb = _tensor(a), _tensor(b)
-    return (va.dtype == vb.dtype and va.shape == vb.shape and va.stride() == vb.stride()
-            and va.device == vb.device)
+    return (va.dtype == vb.dtype and va.device == vb.device and _same_sizes(va.shape, vb.shape)
+            and _same_sizes(va.stride(), vb.stride()))
 
 
-def _replace(node: Node, by: Node) -> int:
+def _replace(node: Node, by: Node, view_of_same_base: bool = False) -> int:
+    # A graph output keeps its own tensor: returning ``by`` instead would make the output alias
+    # another tensor (an input, say) where the traced program returned a fresh one. (A slice for
+    # a split's part is a view of the same base as the part: nothing changes.)
+    if not view_of_same_base and any(u.op == "output" for u in node.users):
+        return 0
     node.replace_all_uses_with(by)
     return 1
 
@@ -94,7 +106,7 @@ def _rewrite(graph: Graph, n: Node) -> int:
         with graph.inserting_before(n):
             sel = graph.call_function(aten.select.int, (src, dim, n.args[1]))
         sel.meta.update(n.meta)
-        return _replace(n, sel)
+        return _replace(n, sel, view_of_same_base=True)
     return 0
 
 
@@ -150,4 +162,4 @@ def _split_item(graph: Graph, n: Node) -> int:
         else:
             out = graph.call_function(aten.slice.Tensor, (src, dim, start, end))
     out.meta.update(n.meta)
-    return _replace(n, out)
+    return _replace(n, out, view_of_same_base=True)
