@@ -169,6 +169,15 @@ _LAYOUT = (aten.clone.default, aten.expand.default, aten.unsqueeze.default, aten
            aten.alias.default, *VIEWS)
 
 
+def _down_to_rank(n: Node, rank: int) -> Node:
+    """Through layout ops and casts while the tensor has more than ``rank`` dims, then through
+    casts (position_ids[:, None, :].float() -> position_ids; never below the tensor the model
+    holds, say the arange that built its position ids)."""
+    while len(shape(n)) > rank and is_op(n, *_LAYOUT, *CASTS):
+        n = n.args[0]
+    return _through(n, CASTS)
+
+
 def freq_source(cos: Node, sin: Node, style: str, rotary_dim: int):
     """(inv_freq, position_ids) when cos/sin are computed in the graph the Hugging Face way:
 
@@ -178,8 +187,6 @@ def freq_source(cos: Node, sin: Node, style: str, rotary_dim: int):
     so the kernels can compute the angles themselves. None for anything else (cos/sin then stay
     op inputs, which is always exact).
     """
-    from inductor_gqa.find.graph import CASTS
-
     if style != "half":
         return None
     c, s = _through(cos, CASTS), _through(sin, CASTS)
@@ -215,10 +222,7 @@ def freq_source(cos: Node, sin: Node, style: str, rotary_dim: int):
     if not (len(shape(a)) == 3 and same(shape(a)[2], 1) and len(shape(b)) == 3 and same(
             shape(b)[1], 1)):
         return None
-    inv = _through(_through(a, _LAYOUT), CASTS)
-    inv = _through(inv, _LAYOUT)
-    pos = _through(_through(b, _LAYOUT), CASTS)
-    pos = _through(pos, _LAYOUT)
+    inv, pos = _down_to_rank(a, 1), _down_to_rank(b, 2)
     if len(shape(inv)) != 1 or not same(shape(inv)[0], rotary_dim // 2):
         return None
     if dtype(inv) != torch.float32 or len(shape(pos)) != 2:

@@ -150,7 +150,9 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
     inv_freq = position_ids = None
     if rope_q is not None and options.rope_from_positions:
         src = freq_source(cos, sin, rope_q.style, rope_q.rotary_dim)
-        if src is not None and same(shape(src[1])[0], b):
+        # position ids of one row (transformers' default) serve the whole batch
+        rows = shape(src[1])[0] if src is not None else None
+        if src is not None and (isinstance(rows, int) and rows == 1 or same(rows, b)):
             inv_freq, position_ids = src
             cos = sin = None
     tensors = dict(
