@@ -61,11 +61,22 @@ FAMILIES = {
 }
 
 
+class Unsupported(Exception):
+    """This transformers version does not offer the attention implementation for the family
+    (5.2x dropped sdpa for Gemma 2, whose sdpa path ignored the softcapping)."""
+
+
 def build(family: str, impl: str = "sdpa", dtype=torch.float32, seed: int = 0):
     """An eval-mode CausalLM of ``family`` with random weights and the given attention
     implementation ("sdpa" or "eager")."""
     torch.manual_seed(seed)
-    model = tf.AutoModelForCausalLM.from_config(_config(family), attn_implementation=impl)
+    try:
+        model = tf.AutoModelForCausalLM.from_config(_config(family), attn_implementation=impl)
+    except ValueError as e:
+        if "does not support an attention implementation" in str(e):
+            raise Unsupported(f"{family} has no {impl} attention in transformers "
+                              f"{tf.__version__}") from e
+        raise
     return model.to(dtype).eval()
 
 

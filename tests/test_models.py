@@ -35,7 +35,10 @@ def _check_all_fused(result, model):
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_whole_model_every_layer_fused(family, impl, padded):
-    model = build(family, impl)
+    try:
+        model = build(family, impl)
+    except hf_models.Unsupported as e:
+        pytest.skip(str(e))
     ids, mask = inputs(padded)
     with torch.no_grad():
         ref = model(ids, **call_kwargs(mask)).logits

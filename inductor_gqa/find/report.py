@@ -41,9 +41,9 @@ def module_path(anchor: Node) -> str:
     stack = anchor.meta.get("nn_module_stack") or {}
     if not stack:
         return anchor.name
-    path = list(stack.values())[-1][0]
-    path = re.sub(r"^L\['self'\]\.?", "", str(path))
-    path = re.sub(r"^L\['([^']*)'\]\.?", r"\1.", path)
+    path = str(list(stack.values())[-1][0])
+    # the compiled root, however Dynamo reached it: L['self'], L['args'][0], G['model'], ...
+    path = re.sub(r"^[LG]\['[^']*'\](\[\d+\])*\.?", "", path)
     path = re.sub(r"\[(\d+)\]", r".\1", path)
     path = re.sub(r"\['([^']*)'\]", r".\1", path)
     path = re.sub(r"^self\.", "", path)
