@@ -111,5 +111,9 @@ def run(graph: Graph, options: Options) -> int:
         fused += 1
     if fused:
         graph.lint()
+    for n in graph.nodes:           # evaluated masks were kept on their nodes for this run only
+        for key in [k for k in n.meta if isinstance(k, tuple) and str(k[0]).startswith(
+                "inductor_gqa_mask")]:
+            del n.meta[key]
     rep.summary()
     return fused

@@ -236,9 +236,16 @@ def constant_pattern(kind: str, mask: Node, fill, seq_len) -> Optional[Pattern]:
     """
     if not is_constant_mask(mask):
         return None
+    # Every layer of a model reads the same mask node: evaluate it once (at a long sequence the
+    # value is large).
+    key = ("inductor_gqa_mask_pattern", kind, fill, str(seq_len))
+    if key in mask.meta:
+        return mask.meta[key]
     with unset_fake_temporarily():   # passes run under a fake mode; we want real values
         values = _values([mask], seq_len)
-        return None if values is None else _pattern(kind, fill, [(s, v[0]) for s, v in values])
+        pattern = None if values is None else _pattern(kind, fill, [(s, v[0]) for s, v in values])
+    mask.meta[key] = pattern
+    return pattern
 
 
 def and_factors(mask: Node) -> list[Node]:
@@ -267,13 +274,14 @@ def split_keep_mask(mask: Node, seq_len) -> tuple[Optional[Pattern], Optional[No
     data = [f for f in factors if not is_constant_mask(f)]
     if not const:
         return None, mask
-    with unset_fake_temporarily():
-        values = _values(const, seq_len)
-        if values is None:
-            return None, mask
-        combined = [(s, functools.reduce(torch.logical_and, torch.broadcast_tensors(*vs)))
-                    for s, vs in values]
-        pattern = _pattern("keep", None, combined)
+    key = ("inductor_gqa_mask_factors", str(seq_len))
+    if key not in mask.meta:
+        with unset_fake_temporarily():
+            values = _values(const, seq_len)
+            mask.meta[key] = None if values is None else _pattern("keep", None, [
+                (s, functools.reduce(torch.logical_and, torch.broadcast_tensors(*vs)))
+                for s, vs in values])
+    pattern = mask.meta[key]
     if pattern is None:
         return None, mask
     if len(data) == 1 and val(data[0]).dtype == torch.bool and val(data[0]).dim() <= 4:

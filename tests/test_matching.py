@@ -214,7 +214,7 @@ def test_automatic_dynamic_after_second_shape():
     assert counters["stats"]["unique_graphs"] == 2
 
 
-# ------------------------------------------------------------------------------- masks, never guessed
+# ----------------------------------------------------------------------------- masks, never guessed
 def _specs_of(fn, inputs, **compile_kw):
     from inductor_gqa.find import report
     from inductor_gqa.find.explain import light_backend

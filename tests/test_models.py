@@ -49,8 +49,9 @@ def test_whole_model_every_layer_fused(family, impl, padded):
     assert _rel_err(out, ref) <= 1e-5
 
 
-@pytest.mark.parametrize("family,impl", [("llama", "sdpa"), ("gemma3", "eager"),
-                                         ("olmo2", "eager"), ("glm4_moe", "sdpa")])
+@pytest.mark.parametrize("family,impl", [("llama", "sdpa"), ("gemma2", "eager"),
+                                         ("gemma3", "eager"), ("olmo2", "eager"),
+                                         ("glm4_moe", "sdpa")])
 def test_bf16_models(family, impl):
     model = build(family, impl, dtype=torch.bfloat16)
     ids, mask = inputs(padded=True)
