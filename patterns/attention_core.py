@@ -236,8 +236,24 @@ def _mask_term(n: Node, seq) -> Optional[_Term]:
 def _term(kind, mask, fill, rest, seq) -> _Term:
     if kind != "additive" and dtype(mask) != torch.bool:
         raise Reject("mask not recognized", f"condition of dtype {dtype(mask)}")
+    if _depends_on(mask, rest):
+        raise Reject("mask not recognized", "the mask is computed from the scores")
     pattern = constant_pattern(kind, mask, fill, seq)
     return _Term(kind, mask, fill, rest, pattern)
+
+
+def _depends_on(n: Node, target: Node) -> bool:
+    """Whether ``target`` is among n's inputs, transitively."""
+    seen, stack = set(), [n]
+    while stack:
+        m = stack.pop()
+        if m is target:
+            return True
+        if m in seen:
+            continue
+        seen.add(m)
+        stack.extend(m.all_input_nodes)
+    return False
 
 
 def _softcap(n: Node) -> Optional[tuple[float, Node]]:

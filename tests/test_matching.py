@@ -272,3 +272,23 @@ def _heads_output(v, inputs):
     fn, _ = build(dataclasses.replace(v, end="heads"))
     with torch.no_grad():
         return fn(**{k: t for k, t in inputs.items() if k not in ("wo", "bo")})
+
+
+def test_mask_computed_from_the_scores_is_left_alone():
+    """where(scores > c, 0, scores) reads like a masked_fill but depends on the scores."""
+    import torch.nn.functional as F
+
+    def fn(x, wq, wk, wv):
+        b, s, _ = x.shape
+        q = F.linear(x, wq).view(b, s, 2, 16).transpose(1, 2)
+        k = F.linear(x, wk).view(b, s, 2, 16).transpose(1, 2)
+        v = F.linear(x, wv).view(b, s, 2, 16).transpose(1, 2)
+        sc = q @ k.transpose(2, 3) * 0.25
+        sc = torch.where(sc > 3.0, 0.0, sc)
+        return (torch.softmax(sc, -1) @ v).transpose(1, 2).reshape(b, s, 32)
+
+    args = dict(x=torch.randn(2, 5, 32), wq=torch.randn(32, 32), wk=torch.randn(32, 32),
+                wv=torch.randn(32, 32))
+    out, ref = _compile_and_run(fn, args)
+    assert _stat("blocks_fused") == 0 and _stat("rejected: mask not recognized") == 1
+    _close(out, ref, torch.float32)
