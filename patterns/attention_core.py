@@ -116,6 +116,9 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
     users = list(probs.users)
     if len(users) == 1 and is_op(users[0], *CASTS):
         probs = users[0]
+    # a no-op dropout's copy that is also returned (canonicalization keeps returned tensors)
+    while len(probs.users) == 1 and is_op(next(iter(probs.users)), aten.clone.default):
+        probs = next(iter(probs.users))
     pv = None
     for u in probs.users:
         if is_op(u, *_DROPOUT) or any(is_op(w, *_DROPOUT) for w in u.users):
@@ -123,7 +126,8 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
         cand = u
         while is_op(cand, aten.expand.default, *VIEWS) and len(cand.users) == 1:
             cand = next(iter(cand.users))
-        if is_op(cand, aten.bmm.default) and _bmm_operand_4d(cand.args[0]) is probs:
+        if is_op(cand, aten.bmm.default) and _bmm_operand_4d(cand.args[0]) in (
+                probs, through_noop_expand(probs)):
             pv = cand
         elif is_op(cand, aten.mul.Tensor, aten.div.Tensor) and cand is u:
             raise Reject("dropout is active", "probabilities scaled before @ v")

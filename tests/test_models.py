@@ -49,6 +49,21 @@ def test_whole_model_every_layer_fused(family, impl, padded):
     assert _rel_err(out, ref) <= 1e-5
 
 
+def test_eager_attentions_returned():
+    """output_attentions=True: the probabilities leave the block (through the no-op dropout's
+    copy); the op returns them too."""
+    model = build("qwen3", "eager")
+    ids, mask = inputs(padded=True)
+    with torch.no_grad():
+        ref = model(ids, output_attentions=True, **call_kwargs(mask))
+    result = explain(model, ids, output_attentions=True, **call_kwargs(mask))
+    _check_all_fused(result, model)
+    assert all(r.spec.return_probs for r in result.rows)
+    for got, want in zip(result.output.attentions, ref.attentions):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert _rel_err(result.output.logits, ref.logits) <= 1e-5
+
+
 @pytest.mark.parametrize("family,impl", [("llama", "sdpa"), ("gemma2", "eager"),
                                          ("gemma3", "eager"), ("olmo2", "eager"),
                                          ("glm4_moe", "sdpa")])
