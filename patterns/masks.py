@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import operator
 from typing import Optional
 
@@ -89,23 +90,54 @@ def is_constant_mask(node: Node) -> bool:
     return True
 
 
+_SHAPE_ONLY = {
+    aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.default, aten.expand.default,
+    aten.permute.default, aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default,
+    aten.cat.default, aten.cumsum.default, aten.diff.default, aten.index.Tensor,
+    aten.logical_and.default, aten.logical_or.default, aten.logical_not.default,
+    aten.bitwise_not.default, aten.bitwise_and.Tensor, aten.bitwise_or.Tensor,
+    *VIEWS, *CASTS,
+}
+
+
+def _literals(n: Node) -> list:
+    """The numbers an op of a mask computes with (not its dims or the sizes it reshapes to)."""
+    if n.target in _SHAPE_ONLY:
+        return []
+    if n.target is aten.slice.Tensor:
+        return list(n.args[2:4])
+    if n.target is aten.select.int:
+        return list(n.args[2:3])
+    if n.target in (aten.full.default, aten.full_like.default):
+        return list(n.args[1:2])
+    if n.target in (prims.iota.default, aten.arange.default, aten.arange.start,
+                    aten.arange.start_step):
+        return [v for k, v in n.kwargs.items() if k in ("start", "step")] + list(
+            n.args[:-1] if n.target is not aten.arange.default else [])
+    return list(n.args) + list(n.kwargs.values())
+
+
+def _window_like(x) -> bool:
+    """An integer literal that could be a window width: beyond -1, 0, 1 (fill values such as
+    -inf or finfo.min are not)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    return math.isfinite(x) and x == int(x) and 1 < abs(x) < 2 ** 31
+
+
 def _structure_ok(node: Node, placeholders: set) -> tuple[bool, bool]:
-    """(every op is a mask builder, every integer constant of the arithmetic is -1, 0 or 1)."""
+    """(every op is a mask builder, no integer literal could be a window width)."""
     small = True
     for n in _ancestors(node):
         if n.op == "placeholder":
             placeholders.add(n)
             continue
-        if n.op == "get_attr" or n.target in _SYM_OPS:
+        if n.op == "get_attr":
             continue
-        if n.target not in _BUILDERS:
+        if n.target not in _BUILDERS and n.target not in _SYM_OPS:
             return False, small
-        if n.target in _COMPARE or n.target in _ARITH or n.target in (
-                aten.triu.default, aten.tril.default, aten.arange.start, aten.arange.start_step):
-            for a in n.args[1:] if n.target not in (aten.arange.start,
-                                                    aten.arange.start_step) else n.args:
-                if isinstance(a, (int, float)) and not isinstance(a, bool) and a not in (-1, 0, 1):
-                    small = False
+        if any(_window_like(a) for a in _literals(n)):
+            small = False
     return True, small
 
 

@@ -108,6 +108,20 @@ def test_dynamic_shapes_window_stays_a_tensor():
     assert specs and all(not s.causal and not s.window and s.mask == "bool_keep" for s in specs)
 
 
+def test_dynamic_shapes_causal_is_recognized():
+    """transformers' causal mask (with its packed-sequence check) under dynamic=True: evaluated at
+    several lengths, its constants are -1, 0, 1 only, so it is causal (no mask tensor)."""
+    model = build("llama", "eager")
+    compiled = torch.compile(model, backend=hf_models_light(), dynamic=True)
+    for seq in (9, 12):
+        ids, _ = inputs(padded=False, seq=seq)
+        with torch.no_grad():
+            out, ref = compiled(ids, use_cache=False).logits, model(ids, use_cache=False).logits
+        assert _rel_err(out, ref) <= 1e-5
+    specs = [r.spec for r in _history() if r.fused]
+    assert len(specs) == 2 and all(s.causal and s.mask == "none" for s in specs)
+
+
 def test_dynamic_shapes_padded_eager():
     model = build("llama", "eager")
     compiled = torch.compile(model, backend=hf_models_light(), dynamic=True)
