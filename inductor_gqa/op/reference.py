@@ -51,9 +51,10 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, spec: Bloc
     cos = _as_bsd(cos).unsqueeze(1)
     sin = _as_bsd(sin).unsqueeze(1)
     if spec.rope_fp32 and x.dtype != torch.float32:
-        xf = x.to(torch.float32)
-        return (xf * cos.to(torch.float32) + _rotate(xf, spec.rope) * sin.to(torch.float32)).to(
+        xf = x[..., :r].to(torch.float32)
+        rot = (xf * cos.to(torch.float32) + _rotate(xf, spec.rope) * sin.to(torch.float32)).to(
             x.dtype)
+        return rot if r == x.shape[-1] else torch.cat((rot, x[..., r:]), dim=-1)
     if r == x.shape[-1]:
         return x * cos + _rotate(x, spec.rope) * sin
     x_rot, x_pass = x[..., :r], x[..., r:]

@@ -23,7 +23,7 @@ class BlockSpec:
     num_heads: int
     num_kv_heads: int
     head_dim: int
-    # Per-head RMSNorm on q and k (both or neither), computed in float32:
+    # RMSNorm on q and k (both or neither), computed in float32:
     #   fp32_weight:          (x.float() * rsqrt(mean(x^2) + eps) * w.float()).to(dtype)
     #   cast_weight:          (x.float() * rsqrt(mean(x^2) + eps)).to(dtype) * w
     #   fp32_one_plus_weight: (x.float() * rsqrt(mean(x^2) + eps) * (1 + w.float())).to(dtype)
@@ -41,7 +41,8 @@ class BlockSpec:
     rotary_dim: int = 0
     # RoPE of a bfloat16/float16 q and k computed in float32 (OLMo): float32 cos/sin,
     #   (x.float() * cos + rotate(x).float() * sin).to(x.dtype)    (one rounding, at the end)
-    # Off: every step in x's dtype with cos/sin of x's dtype, as eager rounds it.
+    # on the first rotary_dim features (the rest pass through). Off: every step in x's dtype
+    # with cos/sin of x's dtype, as eager rounds it. Irrelevant for float32 q/k (never set).
     rope_fp32: bool = False
     # Attention core.
     #   sdpa:     F.scaled_dot_product_attention semantics (scale = its scale argument)
