@@ -3,6 +3,10 @@
 On a CPU-only machine it runs them at reduced size and checks results against eager. On a GPU it
 runs full-size cases and prints times against eager and stock torch.compile (a quick look; the
 perf job in ``perf/`` is the measurement of record).
+
+``python -m inductor_gqa explain package.module:factory``: ``factory()`` returns
+``(model, args)`` or ``(model, args, kwargs)``; the model is compiled on the CPU and every
+attention-like block is listed by module path, fused or left with the reason.
 """
 
 from __future__ import annotations
@@ -112,13 +116,41 @@ def _fresh_compiles() -> None:
     torch._functorch.config.enable_autograd_cache = False
 
 
+def explain_main(target: str, dynamic: bool = False) -> int:
+    import importlib
+
+    from inductor_gqa.find.explain import explain
+
+    module_name, sep, attr = target.partition(":")
+    if not sep or not attr:
+        print(f"explain: expected package.module:factory, got {target!r}", file=sys.stderr)
+        return 2
+    made = getattr(importlib.import_module(module_name), attr)()
+    if not (isinstance(made, tuple) and len(made) in (2, 3)):
+        print("explain: the factory must return (model, args) or (model, args, kwargs)",
+              file=sys.stderr)
+        return 2
+    model, args, kwargs = (*made, {}) if len(made) == 2 else made
+    if isinstance(model, torch.nn.Module):
+        model = model.eval()
+    result = explain(model, *args, dynamic=dynamic or None, **kwargs)
+    print(result.table())
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m inductor_gqa", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", nargs="?", default="demo", choices=("demo",))
+    p.add_argument("command", nargs="?", default="demo", choices=("demo", "explain"))
+    p.add_argument("target", nargs="?", help="explain: package.module:factory")
     p.add_argument("--cpu", action="store_true", help="run the CPU demo even if a GPU is present")
+    p.add_argument("--dynamic", action="store_true", help="explain: compile with dynamic=True")
     args = p.parse_args(argv)
     _fresh_compiles()
+    if args.command == "explain":
+        if not args.target:
+            p.error("explain needs package.module:factory")
+        return explain_main(args.target, args.dynamic)
     if torch.cuda.is_available() and not args.cpu:
         return demo_gpu()
     return demo_cpu()

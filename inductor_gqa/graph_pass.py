@@ -22,6 +22,7 @@ from torch.fx import Graph
 from . import patterns
 from .find import report
 from .find.assemble import assemble
+from .find.canonical import canonicalize
 from .find.graph import Reject
 from .find.rewrite import rewrite
 from .lower import expand
@@ -93,21 +94,25 @@ def run(graph: Graph, options: Options) -> int:
     found = anchors(graph)
     if not found:
         return 0
+    rep = report.GraphReport()
     if _requires_grad(graph):
         for a in found:
-            report.seen(a)
-            report.rejected(a, "inputs require grad", "the fused op has no backward yet")
+            rep.seen(a)
+            rep.rejected(a, "inputs require grad", "the fused op has no backward yet")
+        rep.summary()
         return 0
+    canonicalize(graph)
+    found = anchors(graph)
     fused = 0
     alive = set(graph.nodes)
     for anchor in found:
         if anchor not in alive:
             continue
-        report.seen(anchor)
+        rep.seen(anchor)
         try:
             match = assemble(anchor, options)
         except Reject as r:
-            report.rejected(anchor, r.reason, r.detail)
+            rep.rejected(anchor, r.reason, r.detail)
             continue
         values = match_values(match)
         plan = None
@@ -115,17 +120,22 @@ def run(graph: Graph, options: Options) -> int:
             try:
                 plan = plan_for(match.spec, values, options)
             except Unsupported as u:
-                report.rejected(anchor, "no kernel plan", u.reason)
+                rep.rejected(anchor, "no kernel plan", u.reason)
                 continue
         call = rewrite(graph, match)
         if plan is not None:
             expand(graph, call, plan, match.spec)
         graph.eliminate_dead_code()
         alive = set(graph.nodes)
-        report.fused(anchor, match.spec, plan)
+        rep.fused(anchor, match.spec, plan)
         fused += 1
     if fused:
         graph.lint()
+    for n in graph.nodes:           # evaluated masks were kept on their nodes for this run only
+        for key in [k for k in n.meta if isinstance(k, tuple) and str(k[0]).startswith(
+                "inductor_gqa_mask")]:
+            del n.meta[key]
+    rep.summary()
     return fused
 
 

@@ -16,9 +16,9 @@ from torch.fx import Node
 
 from inductor_gqa.find.graph import (CASTS, VIEWS, Reject, arg, dtype, is_op, is_permute,
                                      runtime_scalar, same, scalar, shape, through_noop_expand,
-                                     through_views)
+                                     through_views, val)
 
-from .masks import classify_masked_positions, is_constant_mask
+from .masks import Pattern, constant_pattern, is_constant_mask, split_keep_mask
 
 aten, prims = torch.ops.aten, torch.ops.prims
 
@@ -42,6 +42,8 @@ class Core:
     scale: float = 1.0
     scale_op: str = "mul"
     causal: bool = False
+    window: int = 0
+    softcap: float = 0.0
     mask: str = "none"
     mask_node: Optional[Node] = None
     mask_fill: float = float("-inf")
@@ -114,6 +116,9 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
     users = list(probs.users)
     if len(users) == 1 and is_op(users[0], *CASTS):
         probs = users[0]
+    # a no-op dropout's copy that is also returned (canonicalization keeps returned tensors)
+    while len(probs.users) == 1 and is_op(next(iter(probs.users)), aten.clone.default):
+        probs = next(iter(probs.users))
     pv = None
     for u in probs.users:
         if is_op(u, *_DROPOUT) or any(is_op(w, *_DROPOUT) for w in u.users):
@@ -121,7 +126,8 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
         cand = u
         while is_op(cand, aten.expand.default, *VIEWS) and len(cand.users) == 1:
             cand = next(iter(cand.users))
-        if is_op(cand, aten.bmm.default) and _bmm_operand_4d(cand.args[0]) is probs:
+        if is_op(cand, aten.bmm.default) and _bmm_operand_4d(cand.args[0]) in (
+                probs, through_noop_expand(probs)):
             pv = cand
         elif is_op(cand, aten.mul.Tensor, aten.div.Tensor) and cand is u:
             raise Reject("dropout is active", "probabilities scaled before @ v")
@@ -137,90 +143,181 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
     # Walk back from the softmax input: cast, masks, softcap, scale, the scores matmul.
     n = _strip_cast(x) if dtype(x) == torch.float32 else x
     scores_dtype = dtype(n)
-    causal, mask_kind, mask_node, mask_fill = False, "none", None, float("-inf")
-    causal_exact, order = True, []        # order: as met walking back from the softmax
     seq = shape(n)[-1]
-    for _ in range(4):
-        fill_args = None
-        if is_op(n, aten.where.self):                    # masked_fill, decomposed
-            cond, fill, rest = n.args
-            fill_args = cond, fill, rest
-        elif is_op(n, aten.masked_fill.Scalar, aten.masked_fill.Tensor):
-            rest, cond, fill = n.args
-            fill_args = cond, fill, rest
-        if fill_args is not None:
-            cond, fill, rest = fill_args
-            fill_v = scalar(fill)
-            if fill_v is None:
-                raise Reject("mask not recognized", "fill value is not a constant")
-            if is_constant_mask(cond):
-                causal_exact = classify_masked_positions("fill", cond, fill_v, seq)
-                causal = True
-                order.append("causal")
-            elif mask_kind == "none":
-                mask_kind, mask_node, mask_fill = "bool_fill", cond, fill_v
-                order.append("mask")
-            else:
-                raise Reject("mask not recognized", "several mask tensors")
-            n = rest
-        elif is_op(n, aten.add.Tensor) and all(isinstance(a, Node) for a in n.args):
-            a, b = n.args
-            s_side, m_side = (a, b) if _looks_like_scores(a) else (b, a)
-            if is_constant_mask(m_side):
-                causal_exact = classify_masked_positions("additive", m_side, None, seq)
-                causal = True
-                order.append("causal")
-            elif mask_kind == "none":
-                mask_kind, mask_node = "additive", m_side
-                order.append("mask")
-            else:
-                raise Reject("mask not recognized", "several mask tensors")
-            n = s_side
-        elif is_op(n, aten.tanh.default) or (is_op(n, aten.mul.Tensor) and is_op(
-                n.args[0], aten.tanh.default)):
-            raise Reject("softcapping")
+    terms = []                          # mask terms as met walking back from the softmax
+    softcap = 0.0
+    for _ in range(8):
+        term = _mask_term(n, seq)
+        if term is not None:
+            if softcap:
+                raise Reject("softcapping", "a mask applied before the softcapping")
+            terms.append(term)
+            n = term.rest
         else:
-            break
+            cap = _softcap(n)
+            if cap is None:
+                break
+            if softcap:
+                raise Reject("softcapping", "applied twice")
+            softcap, n = cap
         n = _skip_cast_to(n, scores_dtype)
 
-    _check_mask_order(causal, causal_exact, mask_kind, mask_fill, order)
+    causal, window, mask_kind, mask_node, mask_fill = _combine_masks(terms)
     scale, scale_op, scale_node = 1.0, "mul", None
     n = _skip_cast_to(n, scores_dtype)
     if is_op(n, aten.mul.Tensor, aten.div.Tensor):
-        c = scalar(n.args[1])
+        s_side, c_side = n.args[:2]
+        if is_op(n, aten.mul.Tensor) and not _reaches_bmm(s_side) and _reaches_bmm(c_side):
+            s_side, c_side = c_side, s_side          # scale * scores
+        c = scalar(c_side)
         if c is None:
-            scale_node = runtime_scalar(n.args[1])
+            scale_node = runtime_scalar(c_side)
             if scale_node is None:
                 raise Reject("scale not recognized", "scale is not a scalar")
             c = 0.0                      # placeholder: the op reads scale_node
-        if is_op(n.args[0], aten.tanh.default):
-            raise Reject("softcapping")
+        if is_op(s_side, aten.tanh.default):
+            raise Reject("softcapping", "not of the form tanh(s / c) * c")
         scale, scale_op = c, ("mul" if is_op(n, aten.mul.Tensor) else "div")
-        n = n.args[0]
+        n = s_side
     mm = _matmul_4d(n)
     if mm is None:
         if is_op(n, aten.tanh.default):
-            raise Reject("softcapping")
+            raise Reject("softcapping", "not of the form tanh(s / c) * c")
         raise Reject("scores matmul not recognized", str(n.target))
     q, kt = mm
     if not is_permute(kt, (0, 1, 3, 2)):
         raise Reject("scores matmul not recognized", "k is not transposed")
     return Core("explicit", q, kt.args[0], v, out, scale=scale, scale_op=scale_op, causal=causal,
-                mask=mask_kind, mask_node=mask_node, mask_fill=mask_fill, scale_node=scale_node,
-                probs=probs, anchor=softmax)
+                window=window, softcap=softcap, mask=mask_kind, mask_node=mask_node,
+                mask_fill=mask_fill, scale_node=scale_node, probs=probs, anchor=softmax)
 
 
-def _check_mask_order(causal, causal_exact, mask_kind, mask_fill, order) -> None:
-    """The op applies causal (-inf) first, then the mask tensor. That equals the graph unless a
-    finite value is involved where a row can become fully masked, or a finite fill lands on
-    positions the causal mask had already set."""
-    if not causal or mask_kind == "none":
-        return
-    if not causal_exact:
-        raise Reject("mask not recognized", "causal mask with a finite value next to a mask input")
-    applied_first = order[-1]              # walked backwards: the last one met came first
-    if mask_kind == "bool_fill" and mask_fill != float("-inf") and applied_first != "causal":
-        raise Reject("mask not recognized", "finite masked_fill applied before the causal mask")
+@dataclasses.dataclass
+class _Term:
+    """One masking step of the explicit chain. kind: 'fill' (cond True -> fill), 'keep' (cond
+    True -> score kept, else fill), 'additive'. pattern: what it does when it is constant and
+    structured; else None and ``mask`` goes to the op as a tensor."""
+    kind: str
+    mask: Node
+    fill: Optional[float]
+    rest: Node
+    pattern: Optional[Pattern]
+
+
+def _fill_value(a) -> Optional[float]:
+    """A constant fill value: a number or a 0-d constant tensor."""
+    if isinstance(a, Node) and isinstance(val(a), torch.Tensor) and val(a).dim() > 0:
+        return None
+    return scalar(a)
+
+
+def _mask_term(n: Node, seq) -> Optional[_Term]:
+    if is_op(n, aten.where.self):
+        cond, a, b = n.args
+        fa, fb = _fill_value(a), _fill_value(b)
+        if fa is not None and fb is None:            # masked_fill: where(cond, fill, scores)
+            kind, fill, rest = "fill", fa, b
+        elif fb is not None and fa is None:          # where(keep, scores, fill)
+            kind, fill, rest = "keep", fb, a
+        elif fa is not None and fb is not None:
+            raise Reject("mask not recognized", "where between two constants")
+        else:
+            raise Reject("mask not recognized", "fill value is not a constant")
+        return _term(kind, cond, fill, rest, seq)
+    if is_op(n, aten.masked_fill.Scalar, aten.masked_fill.Tensor):
+        rest, cond, fill = n.args
+        fill_v = _fill_value(fill)
+        if fill_v is None:
+            raise Reject("mask not recognized", "fill value is not a constant")
+        return _term("fill", cond, fill_v, rest, seq)
+    if is_op(n, aten.add.Tensor) and all(isinstance(a, Node) for a in n.args):
+        a, b = n.args
+        s_side, m_side = (a, b) if _looks_like_scores(a) else (b, a)
+        return _term("additive", m_side, None, s_side, seq)
+    return None
+
+
+def _term(kind, mask, fill, rest, seq) -> _Term:
+    if kind != "additive" and dtype(mask) != torch.bool:
+        raise Reject("mask not recognized", f"condition of dtype {dtype(mask)}")
+    if _depends_on(mask, rest):
+        raise Reject("mask not recognized", "the mask is computed from the scores")
+    pattern = constant_pattern(kind, mask, fill, seq)
+    return _Term(kind, mask, fill, rest, pattern)
+
+
+def _depends_on(n: Node, target: Node) -> bool:
+    """Whether ``target`` is among n's inputs, transitively."""
+    seen, stack = set(), [n]
+    while stack:
+        m = stack.pop()
+        if m is target:
+            return True
+        if m in seen:
+            continue
+        seen.add(m)
+        stack.extend(m.all_input_nodes)
+    return False
+
+
+def _softcap(n: Node) -> Optional[tuple[float, Node]]:
+    """(c, s) if n == tanh(s / c) * c (or s * (1/c) inside), else None."""
+    if not is_op(n, aten.mul.Tensor):
+        return None
+    for t, c in (n.args[:2], n.args[1::-1]):
+        if not is_op(t, aten.tanh.default):
+            continue
+        cv = scalar(c)
+        if cv is None:
+            raise Reject("softcapping", "the cap is a runtime value")
+        inner = t.args[0]
+        if is_op(inner, aten.div.Tensor) and scalar(inner.args[1]) == cv:
+            return cv, inner.args[0]
+        if is_op(inner, aten.mul.Tensor):
+            for s_side, r in (inner.args[:2], inner.args[1::-1]):
+                rv = scalar(r)
+                if rv is not None and isinstance(s_side, Node) and cv > 0 and math.isclose(
+                        rv, 1.0 / cv, rel_tol=1e-6):
+                    return cv, s_side
+        raise Reject("softcapping", "not of the form tanh(s / c) * c")
+    return None
+
+
+def _combine_masks(terms: list) -> tuple:
+    """(causal, window, mask kind, mask node, mask fill) for the op, which applies causal and the
+    window (-inf) first, then the one mask tensor. That equals the graph unless a finite value is
+    involved where a row can become fully masked, or a finite fill lands on positions that the
+    structured part had already set."""
+    causal, window, finite = False, 0, False
+    tensor = None
+    for t in terms:
+        if t.pattern is not None:
+            causal = causal or t.pattern.causal
+            if t.pattern.window:
+                window = min(window, t.pattern.window) if window else t.pattern.window
+            finite = finite or t.pattern.finite
+            continue
+        if tensor is not None:
+            raise Reject("mask not recognized", "several mask tensors")
+        tensor = t
+    if tensor is None:
+        return causal, window, "none", None, float("-inf")
+    if tensor.kind == "fill":
+        kind, fill = "bool_fill", tensor.fill
+    elif tensor.kind == "keep":
+        if tensor.fill != float("-inf"):
+            raise Reject("mask not recognized", "keep-mask where() with a finite fill")
+        kind, fill = "bool_keep", float("-inf")
+    else:
+        kind, fill = "additive", float("-inf")
+    if causal or window:
+        if finite:
+            raise Reject("mask not recognized",
+                         "causal mask with a finite value next to a mask input")
+        # walked backwards: the last term met was applied first
+        if kind == "bool_fill" and fill != float("-inf") and terms[-1] is tensor:
+            raise Reject("mask not recognized", "finite masked_fill applied before the causal mask")
+    return causal, window, kind, tensor.mask, fill
 
 
 def _found_within(starts, step, pred, depth: int) -> bool:
@@ -289,30 +386,30 @@ def _match_sdpa(node: Node) -> Core:
     mask = arg(node, "attn_mask", None)
     if mask is None:
         mask = arg(node, "attn_bias", None)
-    mask_kind, mask_node = "none", None
+    window, mask_kind, mask_node = 0, "none", None
     if mask is not None:
-        if is_constant_mask(mask):
-            if causal:
-                raise Reject("mask not recognized", "causal and a constant mask")
-            if dtype(mask) == torch.bool:
-                classify_masked_positions("keep", mask, None, shape(q)[-2])
-            else:
-                classify_masked_positions("additive", mask, None, shape(q)[-2])
-            causal = True
+        seq = shape(q)[-2]
+        kept = _bool_keep_of(mask)
+        if kept is None and dtype(mask) == torch.bool:
+            kept = mask
+        if kept is not None:
+            pattern, mask_node = split_keep_mask(kept, seq)
         else:
-            kept = _bool_keep_of(mask)
-            if kept is not None:
-                mask_kind, mask_node = "bool_keep", kept
-            else:
-                mask_kind, mask_node = (
-                    "bool_keep" if dtype(mask) == torch.bool else "additive"), mask
+            pattern = constant_pattern("additive", mask, None, seq)
+            mask_node = None if pattern is not None else mask
+        if pattern is not None:
+            if causal and pattern.masks_anything:
+                raise Reject("mask not recognized", "is_causal and a mask")
+            causal, window = causal or pattern.causal, pattern.window
+        if mask_node is not None:
+            mask_kind = "bool_keep" if dtype(mask_node) == torch.bool else "additive"
     out = node
     if node.target is not aten.scaled_dot_product_attention.default:
         outs = [u for u in node.users if u.target.__name__ == "getitem" and u.args[1] == 0]
         if len(outs) != 1:
             raise Reject("sdpa output not recognized")
         out = outs[0]
-    return Core("sdpa", q, k, v, out, scale=scale, causal=causal, mask=mask_kind,
+    return Core("sdpa", q, k, v, out, scale=scale, causal=causal, window=window, mask=mask_kind,
                 mask_node=mask_node, anchor=node)
 
 

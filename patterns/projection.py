@@ -21,7 +21,10 @@ class Projection:
     x: Node                       # [B, S, E]
     weight: Node                  # [N, E]
     bias: Optional[Node]
-    rows: Optional[tuple] = None  # (start, end) rows of a fused weight
+    # Rows of a fused weight: (start, end) for rows start..end-1, or (start, end, groups,
+    # stride) for rows g * stride + start .. g * stride + end - 1 of every group g (a QKV weight
+    # laid out head by head, GPT-NeoX).
+    rows: Optional[tuple] = None
 
 
 def _linear(n: Node) -> Optional[tuple[Node, Node, Optional[Node]]]:
@@ -50,11 +53,12 @@ def _linear(n: Node) -> Optional[tuple[Node, Node, Optional[Node]]]:
     return x, wt.args[0], bias
 
 
-def match_projection(heads: Node) -> Projection:
-    """``heads`` is [B, S, H, D], a view of a projection output (or of a slice of a fused one)."""
-    if not is_op(heads, *VIEWS) or len(shape(heads)) != 4:
-        raise Reject("projection not recognized", f"{heads.target} instead of a view to heads")
-    src = heads.args[0]
+def _int(x) -> Optional[int]:
+    return x if isinstance(x, int) else None
+
+
+def projection_of(src: Node) -> Projection:
+    """``src`` is [B, S, N]: a projection output, or contiguous rows of a fused one."""
     rows = None
     if src.op == "call_function" and src.target is operator.getitem and is_op(
             src.args[0], aten.split_with_sizes.default, aten.split.Tensor):
@@ -69,13 +73,56 @@ def match_projection(heads: Node) -> Projection:
         rows = (start, start + sizes[src.args[1]])
         src = split.args[0]
     elif is_op(src, aten.slice.Tensor) and src.args[1] in (-1, 2):
-        rows = (src.args[2], src.args[3])
+        n = shape(src.args[0])[-1]
+        start = _int(src.args[2]) if len(src.args) > 2 else 0
+        end = _int(src.args[3]) if len(src.args) > 3 else n
+        if start is None or end is None:
+            raise Reject("projection not recognized", "fused projection split at runtime sizes")
+        rows = (start, min(end, n))
         src = src.args[0]
     lin = _linear(src)
     if lin is None:
         raise Reject("projection not recognized", str(src.target))
     x, w, b = lin
     return Projection(x, w, b, rows)
+
+
+def match_projection(heads: Node) -> Projection:
+    """``heads`` is [B, S, H, D] taken from a projection output: a view of it (or of a slice of a
+    fused one), one part of a fused [B, S, n, H, D] view (``.unbind(2)``), or the same last-dim
+    slice of every head of a [B, S, H, n*D] view (a QKV weight laid out head by head)."""
+    if is_op(heads, aten.select.int) and len(shape(heads.args[0])) == 5 and heads.args[1] in (
+            2, -3):
+        v5 = heads.args[0]
+        if not is_op(v5, *VIEWS):
+            raise Reject("projection not recognized", "parts of a fused projection")
+        _, _, parts, h, d = shape(v5)
+        i = heads.args[2] % parts
+        p = projection_of(v5.args[0])
+        return _sub_rows(p, (i * h * d, (i + 1) * h * d))
+    if is_op(heads, aten.slice.Tensor) and heads.args[1] in (-1, 3) and len(shape(heads)) == 4:
+        v4 = heads.args[0]
+        if not (is_op(v4, *VIEWS) and len(shape(v4)) == 4):
+            raise Reject("projection not recognized", "slice of the head features")
+        _, _, h, width = shape(v4)
+        start = _int(heads.args[2]) if len(heads.args) > 2 else 0
+        end = _int(heads.args[3]) if len(heads.args) > 3 else width
+        if start is None or end is None or not isinstance(width, int):
+            raise Reject("projection not recognized", "head slices of runtime sizes")
+        p = projection_of(v4.args[0])
+        if p.rows is not None:
+            raise Reject("projection not recognized", "head slices of a sliced projection")
+        return Projection(p.x, p.weight, p.bias, (start, min(end, width), h, width))
+    if not is_op(heads, *VIEWS) or len(shape(heads)) != 4:
+        raise Reject("projection not recognized", f"{heads.target} instead of a view to heads")
+    return projection_of(heads.args[0])
+
+
+def _sub_rows(p: Projection, rows: tuple) -> Projection:
+    if p.rows is not None:
+        start = p.rows[0]
+        rows = (start + rows[0], start + rows[1])
+    return Projection(p.x, p.weight, p.bias, rows)
 
 
 @dataclasses.dataclass

@@ -14,7 +14,8 @@ from typing import Optional
 import torch
 from torch.fx import Node
 
-from inductor_gqa.find.graph import VIEWS, Reject, dtype, is_op, is_permute, same, shape, val
+from inductor_gqa.find.graph import (CASTS, VIEWS, Reject, dtype, is_op, is_permute, same,
+                                     shape, val)
 
 aten = torch.ops.aten
 _END = (None, 2 ** 63 - 1)
@@ -27,6 +28,7 @@ class Rope:
     sin: Node
     style: str         # "half" | "interleaved"
     rotary_dim: int
+    fp32: bool = False  # computed in float32 from a low-precision q/k, rounded once
 
 
 def _size(a):
@@ -88,8 +90,27 @@ def _mul_parts(n: Node):
     return None
 
 
+def _upcast_of(n: Node) -> Optional[Node]:
+    """x if n == x.to(float32) for a lower-precision x (an upcast, exact)."""
+    if is_op(n, *CASTS) and dtype(n) == torch.float32 and dtype(n.args[0]) in (
+            torch.bfloat16, torch.float16):
+        return n.args[0]
+    return None
+
+
 def match_rope(node: Node) -> Optional[Rope]:
-    """Rope if ``node`` is the RoPE output; None if it is not a RoPE at all."""
+    """Rope if ``node`` is the RoPE output; None if it is not a RoPE at all.
+
+    Also the float32 form of a low-precision q/k (OLMo): ``(x.float() * cos + rotate(x).float()
+    * sin).to(x.dtype)`` with float32 cos/sin, which rounds once instead of after each step."""
+    fp32 = False
+    if is_op(node, *CASTS) and dtype(node.args[0]) == torch.float32 and dtype(node) in (
+            torch.bfloat16, torch.float16):
+        inner = node.args[0]
+        if is_op(inner, aten.add.Tensor):
+            fp32, node = True, inner
+        elif is_op(inner, aten.cat.default):
+            raise Reject("rope not recognized", "partial rotary computed in float32")
     partial = None
     if is_op(node, aten.cat.default) and len(node.args[0]) == 2:
         rot_part, pass_part = node.args[0]
@@ -105,6 +126,10 @@ def match_rope(node: Node) -> Optional[Rope]:
             continue
         for x, cos in (m1, m1[::-1]):
             for rx, sin in (m2, m2[::-1]):
+                if fp32:
+                    x, rx = _upcast_of(x), _upcast_of(rx)
+                    if x is None or rx is None:
+                        continue
                 rot = _rotated(rx)
                 if rot is None or not _same(rot[0], x):
                     continue
@@ -116,13 +141,14 @@ def match_rope(node: Node) -> Optional[Rope]:
                     if not (xs and xs[0] is psrc and same(xs[1], 0) and same(xs[2], pstart)):
                         raise Reject("rope not recognized", "partial rotary slices disagree")
                     src = psrc
+                want = torch.float32 if fp32 else dtype(src)
                 for t in (cos, sin):
                     ts = shape(t)
                     if len(ts) == 4 and not same(ts[1], 1):
                         raise Reject("rope not recognized", "cos/sin vary over heads")
-                    if dtype(t) != dtype(src):
+                    if dtype(t) != want:
                         raise Reject("mixed dtypes", "cos/sin dtype differs from q/k")
-                return Rope(src, cos, sin, style, int(r))
+                return Rope(src, cos, sin, style, int(r), fp32)
     return None
 
 
@@ -143,6 +169,15 @@ _LAYOUT = (aten.clone.default, aten.expand.default, aten.unsqueeze.default, aten
            aten.alias.default, *VIEWS)
 
 
+def _down_to_rank(n: Node, rank: int) -> Node:
+    """Through layout ops and casts while the tensor has more than ``rank`` dims, then through
+    casts (position_ids[:, None, :].float() -> position_ids; never below the tensor the model
+    holds, say the arange that built its position ids)."""
+    while len(shape(n)) > rank and is_op(n, *_LAYOUT, *CASTS):
+        n = n.args[0]
+    return _through(n, CASTS)
+
+
 def freq_source(cos: Node, sin: Node, style: str, rotary_dim: int):
     """(inv_freq, position_ids) when cos/sin are computed in the graph the Hugging Face way:
 
@@ -152,8 +187,6 @@ def freq_source(cos: Node, sin: Node, style: str, rotary_dim: int):
     so the kernels can compute the angles themselves. None for anything else (cos/sin then stay
     op inputs, which is always exact).
     """
-    from inductor_gqa.find.graph import CASTS
-
     if style != "half":
         return None
     c, s = _through(cos, CASTS), _through(sin, CASTS)
@@ -189,10 +222,7 @@ def freq_source(cos: Node, sin: Node, style: str, rotary_dim: int):
     if not (len(shape(a)) == 3 and same(shape(a)[2], 1) and len(shape(b)) == 3 and same(
             shape(b)[1], 1)):
         return None
-    inv = _through(_through(a, _LAYOUT), CASTS)
-    inv = _through(inv, _LAYOUT)
-    pos = _through(_through(b, _LAYOUT), CASTS)
-    pos = _through(pos, _LAYOUT)
+    inv, pos = _down_to_rank(a, 1), _down_to_rank(b, 2)
     if len(shape(inv)) != 1 or not same(shape(inv)[0], rotary_dim // 2):
         return None
     if dtype(inv) != torch.float32 or len(shape(pos)) != 2:

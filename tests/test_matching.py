@@ -1,6 +1,7 @@
 """The matcher finds whole attention blocks written many ways and rewrites them to one fused op,
 without changing results; near misses are left alone with a reason."""
 
+import dataclasses
 import logging
 
 import pytest
@@ -28,7 +29,7 @@ def _close(out, ref, dtype):
     for o, r in zip(out, ref):
         assert o.shape == r.shape and o.dtype == r.dtype
         if dtype == torch.float32:
-            torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5, equal_nan=True)
         else:
             ok, frac = wl.check(o, r, atol_=5e-3, rtol=0.05)
             assert ok, f"only {frac:.4f} of elements within tolerance"
@@ -211,3 +212,83 @@ def test_automatic_dynamic_after_second_shape():
     # static first, then one dynamic graph that serves every later shape
     assert _stat("blocks_fused") == 2
     assert counters["stats"]["unique_graphs"] == 2
+
+
+# ----------------------------------------------------------------------------- masks, never guessed
+def _specs_of(fn, inputs, **compile_kw):
+    from inductor_gqa.find import report
+    from inductor_gqa.find.explain import light_backend
+
+    report.history.clear()
+    compiled = torch.compile(fn, backend=light_backend(), **compile_kw)
+    return compiled, lambda: [r.spec for r in report.history if r.fused]
+
+
+def test_window_never_passes_for_causal_under_dynamic_shapes():
+    """At a symbolic length a window could only show beyond the lengths tried: the mask goes to
+    the op as the tensor the graph computes, and results stay exact at every length."""
+    v = Variant("window_dyn", mask="window")
+    fn, _ = build(v)
+    compiled, specs = _specs_of(fn, None, dynamic=True)
+    for seq in (7, 12, 5):
+        _, inputs = build(dataclasses.replace(v, seq=seq))
+        with torch.no_grad():
+            _close(_as_tuple(compiled(**inputs)), _as_tuple(fn(**inputs)), torch.float32)
+    (spec,) = specs()
+    assert not spec.causal and spec.window == 0 and spec.mask == "bool_fill"
+
+
+def test_static_window_is_recognized_exactly():
+    fn, inputs = build(Variant("window_static", mask="window", seq=11))
+    compiled, specs = _specs_of(fn, inputs)
+    with torch.no_grad():
+        _close(_as_tuple(compiled(**inputs)), _as_tuple(fn(**inputs)), torch.float32)
+    (spec,) = specs()
+    assert spec.causal and spec.window == 3 and spec.mask == "none"
+
+
+def test_fully_masked_rows_match_eager():
+    """Left padding empties whole query rows: NaN under -inf, a uniform row under finfo.min,
+    zeros from SDPA; the fused op gives each exactly."""
+    expect = {"padded_rows_inf": "nan", "padded_rows_min": "uniform", "padded_rows_sdpa": "zero"}
+    for v in [v for v in FUSED if v.name in expect]:
+        torch._dynamo.reset()
+        fn, inputs = build(v)
+        out, ref = _compile_and_run(fn, inputs)
+        _close(out, ref, v.dtype)
+        if v.probs:
+            rows = ref[1][1, :, :2]                       # batch row 1, its first two queries
+            if expect[v.name] == "nan":
+                assert torch.isnan(rows).all() and torch.isnan(out[1][1, :, :2]).all()
+            else:
+                assert torch.allclose(rows, torch.full_like(rows, 1.0 / v.seq))
+        else:
+            heads = _heads_output(v, inputs)
+            assert torch.equal(heads[1, :, :2], torch.zeros_like(heads[1, :, :2]))
+
+
+def _heads_output(v, inputs):
+    """The SDPA output [B, H, S, D] of variant v (eager), for the fully masked rows check."""
+    fn, _ = build(dataclasses.replace(v, end="heads"))
+    with torch.no_grad():
+        return fn(**{k: t for k, t in inputs.items() if k not in ("wo", "bo")})
+
+
+def test_mask_computed_from_the_scores_is_left_alone():
+    """where(scores > c, 0, scores) reads like a masked_fill but depends on the scores."""
+    import torch.nn.functional as F
+
+    def fn(x, wq, wk, wv):
+        b, s, _ = x.shape
+        q = F.linear(x, wq).view(b, s, 2, 16).transpose(1, 2)
+        k = F.linear(x, wk).view(b, s, 2, 16).transpose(1, 2)
+        v = F.linear(x, wv).view(b, s, 2, 16).transpose(1, 2)
+        sc = q @ k.transpose(2, 3) * 0.25
+        sc = torch.where(sc > 3.0, 0.0, sc)
+        return (torch.softmax(sc, -1) @ v).transpose(1, 2).reshape(b, s, 32)
+
+    args = dict(x=torch.randn(2, 5, 32), wq=torch.randn(32, 32), wk=torch.randn(32, 32),
+                wv=torch.randn(32, 32))
+    out, ref = _compile_and_run(fn, args)
+    assert _stat("blocks_fused") == 0 and _stat("rejected: mask not recognized") == 1
+    _close(out, ref, torch.float32)

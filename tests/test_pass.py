@@ -40,7 +40,7 @@ def _rewritten(workload, options=None):
 def test_w075_graph_holds_one_fused_call():
     assert_expected_inline(_rewritten(wl.W075), """\
 attention_block(x=arg0_1, wq=arg1_1, wk=arg2_1, wv=arg3_1, inv_freq=arg4_1, position_ids=arg5_1, wo=arg6_1)
-    num_heads=4, num_kv_heads=2, head_dim=32, norm='none', eps=1e-06, rope='half', rotary_dim=32, core='explicit', scale=1.0, scale_op='mul', causal=False, mask='none', mask_fill=-inf, return_probs=True
+    num_heads=4, num_kv_heads=2, head_dim=32, norm='none', eps=1e-06, norm_scope='head', rope='half', rotary_dim=32, rope_fp32=False, core='explicit', scale=1.0, scale_op='mul', causal=False, window=0, softcap=0.0, mask='none', mask_fill=-inf, return_probs=True
 other ops: getitem x2""")
 
 
@@ -48,14 +48,14 @@ def test_w075_keeps_the_models_cos_sin_table_when_asked():
     assert_expected_inline(_rewritten(wl.W075, inductor_gqa.Options(rope_from_positions=False)),
                            """\
 attention_block(x=arg0_1, wq=arg1_1, wk=arg2_1, wv=arg3_1, cos=cos, sin=sin, wo=arg6_1)
-    num_heads=4, num_kv_heads=2, head_dim=32, norm='none', eps=1e-06, rope='half', rotary_dim=32, core='explicit', scale=1.0, scale_op='mul', causal=False, mask='none', mask_fill=-inf, return_probs=True
-other ops: clone.default x2, convert_element_type.default x1, cos.default x1, expand.default x4, getitem x2, mul.Tensor x1, permute.default x1, sin.default x1, unsqueeze.default x4, view.default x4""")
+    num_heads=4, num_kv_heads=2, head_dim=32, norm='none', eps=1e-06, norm_scope='head', rope='half', rotary_dim=32, rope_fp32=False, core='explicit', scale=1.0, scale_op='mul', causal=False, window=0, softcap=0.0, mask='none', mask_fill=-inf, return_probs=True
+other ops: clone.default x1, convert_element_type.default x1, cos.default x1, expand.default x2, getitem x2, mul.Tensor x1, permute.default x1, sin.default x1, unsqueeze.default x4, view.default x1""")
 
 
 def test_w092_graph_holds_one_fused_call():
     assert_expected_inline(_rewritten(wl.W092), """\
 attention_block(x=arg0_1, wq=arg1_1, wk=arg3_1, wv=arg5_1, bq=arg2_1, bk=arg4_1, bv=arg6_1, q_norm_weight=arg7_1, k_norm_weight=arg8_1, cos=arg9_1, sin=arg10_1, wo=arg11_1)
-    num_heads=4, num_kv_heads=2, head_dim=32, norm='fp32_weight', eps=1e-05, rope='half', rotary_dim=32, core='explicit', scale=0.1767766952966369, scale_op='mul', causal=True, mask='none', mask_fill=-inf, return_probs=False
+    num_heads=4, num_kv_heads=2, head_dim=32, norm='fp32_weight', eps=1e-05, norm_scope='head', rope='half', rotary_dim=32, rope_fp32=False, core='explicit', scale=0.1767766952966369, scale_op='mul', causal=True, window=0, softcap=0.0, mask='none', mask_fill=-inf, return_probs=False
 other ops: getitem x1""")
 
 
@@ -108,7 +108,8 @@ def _spec_line(dump: str) -> str:
     call = lines[0][len("attention_block("):-1]
     tensors = " ".join(a.split("=")[0] for a in call.split(", ") if a.split("=")[0] != "x")
     spec = dict(kv.split("=", 1) for kv in lines[1].strip().split(", "))
-    keep = ("norm", "rope", "rotary_dim", "core", "scale_op", "causal", "mask", "return_probs")
+    keep = ("norm", "norm_scope", "rope", "rotary_dim", "rope_fp32", "core", "scale_op", "causal",
+            "window", "softcap", "mask", "return_probs")
     return f"{tensors} | " + " ".join(f"{k}={spec[k]}" for k in keep)
 
 
@@ -126,25 +127,45 @@ def test_every_variant_rewrites_to_the_expected_call():
         assert len(rec.dumps) == 1 and rec.dumps[0].count("attention_block(") == 1, v.name
         out.append(f"{v.name}: {_spec_line(rec.dumps[0])}")
     assert_expected_inline("\n".join(out), """\
-linear_bias_sdpa_causal: wq wk wv bq bk bv wo | norm='none' rope='none' rotary_dim=0 core='sdpa' scale_op='mul' causal=True mask='none' return_probs=False
-sdpa_enable_gqa_bool_mask: wq wk wv attn_mask wo | norm='none' rope='none' rotary_dim=0 core='sdpa' scale_op='mul' causal=False mask='bool_keep' return_probs=False
-sdpa_additive_mask_input: wq wk wv cos sin attn_mask wo | norm='none' rope='half' rotary_dim=16 core='sdpa' scale_op='mul' causal=False mask='additive' return_probs=False
-sdpa_repeat_interleave: wq wk wv wo | norm='none' rope='none' rotary_dim=0 core='sdpa' scale_op='mul' causal=True mask='none' return_probs=False
-mha_explicit: wq wk wv wo | norm='none' rope='none' rotary_dim=0 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
-matmul_t_bias: wq wk wv bq bk bv wo | norm='none' rope='none' rotary_dim=0 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
-fused_qkv_split: wq wk wv bq bk bv cos sin wo | norm='none' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
-fused_qkv_slice: wq wk wv cos sin wo | norm='none' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
-norm_after_transpose: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_weight' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
-norm_cast_weight_bf16: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='cast_weight' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
-norm_one_plus_weight: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_one_plus_weight' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=False mask='none' return_probs=False
-rope_inv_freq_probs: wq wk wv inv_freq position_ids wo | norm='none' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=False mask='none' return_probs=True
-rope_interleaved: wq wk wv cos sin wo | norm='none' rope='interleaved' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
-rope_partial: wq wk wv cos sin wo | norm='none' rope='half' rotary_dim=8 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
-scale_div: wq wk wv wo | norm='none' rope='none' rotary_dim=0 core='explicit' scale_op='div' causal=True mask='none' return_probs=False
-bool_mask_input: wq wk wv attn_mask wo | norm='none' rope='none' rotary_dim=0 core='explicit' scale_op='mul' causal=False mask='bool_fill' return_probs=True
-additive_mask_input: wq wk wv attn_mask wo | norm='none' rope='none' rotary_dim=0 core='explicit' scale_op='mul' causal=False mask='additive' return_probs=False
-causal_and_padding: wq wk wv q_norm_weight k_norm_weight cos sin attn_mask wo | norm='fp32_weight' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='additive' return_probs=False
-no_o_proj: wq wk wv cos sin | norm='none' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
-o_proj_bias: wq wk wv cos sin wo bo | norm='none' rope='half' rotary_dim=16 core='explicit' scale_op='mul' causal=False mask='none' return_probs=False
-ends_at_heads: wq wk wv | norm='none' rope='none' rotary_dim=0 core='explicit' scale_op='mul' causal=True mask='none' return_probs=False
-fp16_sdpa: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_weight' rope='half' rotary_dim=16 core='sdpa' scale_op='mul' causal=True mask='none' return_probs=False""")
+linear_bias_sdpa_causal: wq wk wv bq bk bv wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='sdpa' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+sdpa_enable_gqa_bool_mask: wq wk wv attn_mask wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='sdpa' scale_op='mul' causal=False window=0 softcap=0.0 mask='bool_keep' return_probs=False
+sdpa_additive_mask_input: wq wk wv cos sin attn_mask wo | norm='none' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='sdpa' scale_op='mul' causal=False window=0 softcap=0.0 mask='additive' return_probs=False
+sdpa_repeat_interleave: wq wk wv wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='sdpa' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+mha_explicit: wq wk wv wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+matmul_t_bias: wq wk wv bq bk bv wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+fused_qkv_split: wq wk wv bq bk bv cos sin wo | norm='none' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+fused_qkv_slice: wq wk wv cos sin wo | norm='none' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+norm_after_transpose: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_weight' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+norm_cast_weight_bf16: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='cast_weight' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+norm_one_plus_weight: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_one_plus_weight' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=False window=0 softcap=0.0 mask='none' return_probs=False
+rope_inv_freq_probs: wq wk wv inv_freq position_ids wo | norm='none' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=False window=0 softcap=0.0 mask='none' return_probs=True
+rope_interleaved: wq wk wv cos sin wo | norm='none' norm_scope='head' rope='interleaved' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+rope_partial: wq wk wv cos sin wo | norm='none' norm_scope='head' rope='half' rotary_dim=8 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+scale_div: wq wk wv wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='div' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+bool_mask_input: wq wk wv attn_mask wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=False window=0 softcap=0.0 mask='bool_fill' return_probs=True
+additive_mask_input: wq wk wv attn_mask wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=False window=0 softcap=0.0 mask='additive' return_probs=False
+causal_and_padding: wq wk wv q_norm_weight k_norm_weight cos sin attn_mask wo | norm='fp32_weight' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='additive' return_probs=False
+no_o_proj: wq wk wv cos sin | norm='none' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+o_proj_bias: wq wk wv cos sin wo bo | norm='none' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=False window=0 softcap=0.0 mask='none' return_probs=False
+ends_at_heads: wq wk wv | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+fp16_sdpa: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_weight' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='sdpa' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+fused_qkv_chunk: wq wk wv cos sin wo | norm='none' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+gptj_unbind: wq wk wv bq bk bv cos sin wo | norm='none' norm_scope='head' rope='interleaved' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+neox_heads_layout: wq wk wv bq bk bv cos sin wo | norm='none' norm_scope='head' rope='half' rotary_dim=8 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+norm_promoted_bf16: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_weight' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+rope_fp32_bf16: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_weight' norm_scope='proj' rope='half' rotary_dim=16 rope_fp32=True core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+norm_recip_sqrt: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_weight' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+norm_sum_div: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_weight' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+norm_over_projection: wq wk wv q_norm_weight k_norm_weight cos sin wo | norm='fp32_weight' norm_scope='proj' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+scale_first: wq wk wv wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+dropout_eval: wq wk wv wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+dropout_p0: wq wk wv wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+keep_where_mask: wq wk wv attn_mask wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=False window=0 softcap=0.0 mask='bool_keep' return_probs=True
+sliding_window: wq wk wv wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=True window=3 softcap=0.0 mask='none' return_probs=False
+chunked_mask_as_tensor: wq wk wv cos sin attn_mask wo | norm='none' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=False window=0 softcap=0.0 mask='bool_fill' return_probs=False
+window_and_padding: wq wk wv cos sin attn_mask wo | norm='none' norm_scope='head' rope='half' rotary_dim=16 rope_fp32=False core='explicit' scale_op='mul' causal=True window=3 softcap=0.0 mask='bool_fill' return_probs=False
+softcap: wq wk wv wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=30.0 mask='none' return_probs=False
+softcap_recip: wq wk wv attn_mask wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=False window=0 softcap=30.0 mask='additive' return_probs=False
+padded_rows_inf: wq wk wv attn_mask wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='bool_fill' return_probs=True
+padded_rows_min: wq wk wv attn_mask wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=False window=0 softcap=0.0 mask='additive' return_probs=True
+padded_rows_sdpa: wq wk wv attn_mask wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='sdpa' scale_op='mul' causal=True window=0 softcap=0.0 mask='bool_keep' return_probs=False""")

@@ -22,19 +22,28 @@ class Variant:
     kv_heads: int = 2
     head_dim: int = 16
     hidden: int = 64
-    proj: str = "linear"          # linear | matmul_t | fused_split | fused_slice
+    proj: str = "linear"          # linear | matmul_t | fused_split | fused_slice | fused_chunk
+                                  # | fused_unbind (GPT-J) | fused_heads (GPT-NeoX, MHA only)
     bias: bool = False
     norm: str = "none"            # none | fp32_weight | cast_weight | one_plus | fp32_weight_after_t
+                                  # | promoted (bf16 w * f32 x) | recip_sqrt | sum_div
+                                  # | over_proj (OLMo-2) | no_upcast
     rope: str = "none"            # none | half | inv_freq | interleaved | partial
+                                  # | half_fp32 (OLMo: float32 cos/sin, q/k promoted, cast back)
     repeat: str = "expand"        # expand | interleave | none (SDPA enable_gqa) | mha
     core: str = "explicit"        # explicit | sdpa
     scale: str = "mul"            # mul | div | none | default (sdpa)
     mask: str = "none"            # none | causal_fill | causal_add | causal_sdpa | bool_in | add_in
                                   # | causal_fill_min | window | bool_keep_sdpa | causal_and_add_in
+                                  # | keep_where | pad_rows_inf | pad_rows_min | pad_rows_sdpa
+                                  # | window_and_pad | chunked (constant, not causal/window)
     probs: bool = False           # return the probabilities
     end: str = "o_proj"           # o_proj | o_proj_bias | merged | heads
     softcap: float = 0.0
+    softcap_form: str = "div"     # div | recip_mul | mismatched | after_mask
     dropout: float = 0.0
+    dropout_training: bool = True
+    scale_first: bool = False     # scale * scores instead of scores * scale
     seq: int = 7
     batch: int = 2
 
@@ -73,12 +82,14 @@ def build(v: Variant, seed: int = 0):
         if v.end == "o_proj_bias":
             inp["bo"] = rnd(E)
     if v.norm != "none":
-        inp["qn"] = (1 + 0.1 * torch.randn(D, generator=g)).to(dt)
-        inp["kn"] = (1 + 0.1 * torch.randn(D, generator=g)).to(dt)
+        nq, nk = (H * D, HK * D) if v.norm == "over_proj" else (D, D)
+        inp["qn"] = (1 + 0.1 * torch.randn(nq, generator=g)).to(dt)
+        inp["kn"] = (1 + 0.1 * torch.randn(nk, generator=g)).to(dt)
     rot = D // 2 if v.rope == "partial" else D
-    if v.rope in ("half", "interleaved", "partial"):
+    if v.rope in ("half", "interleaved", "partial", "half_fp32"):
         ang = torch.randn(B, S, rot, generator=g)
-        inp["cos"], inp["sin"] = ang.cos().to(dt), ang.sin().to(dt)
+        cs_dt = torch.float32 if v.rope == "half_fp32" else dt
+        inp["cos"], inp["sin"] = ang.cos().to(cs_dt), ang.sin().to(cs_dt)
     if v.rope == "inv_freq":
         inp["inv_freq"] = 1.0 / (10000 ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
         inp["position_ids"] = torch.arange(S)[None].expand(B, S).contiguous()
@@ -89,11 +100,42 @@ def build(v: Variant, seed: int = 0):
     if v.mask == "add_in":
         keep = torch.ones(S, S, dtype=torch.bool).tril()
         inp["mask"] = torch.zeros(B, 1, S, S).masked_fill(~keep, torch.finfo(torch.float32).min).to(dt)
+    if v.mask in ("pad_rows_inf", "pad_rows_sdpa", "keep_where", "window_and_pad"):
+        # left padding: batch row 1 starts after 2 pad tokens; with causal, its first two query
+        # rows see no key at all (fully masked)
+        keep = torch.ones(B, 1, 1, S, dtype=torch.bool)
+        keep[1, ..., :2] = False
+        inp["mask"] = keep if v.mask != "pad_rows_inf" else ~keep
+    if v.mask == "pad_rows_min":
+        keep = torch.ones(S, S, dtype=torch.bool).tril()[None, None] & torch.ones(
+            B, 1, 1, S, dtype=torch.bool)
+        keep[1, ..., :2] = False
+        inp["mask"] = torch.zeros(B, 1, S, S).masked_fill(
+            ~keep, torch.finfo(torch.float32).min).to(dt)
     if v.mask in ("causal_and_add_in", "causal_min_and_add_in"):
         # padding: the last two keys of batch row 1 are absent
         pad = torch.zeros(B, 1, 1, S)
         pad[1, ..., S - 2:] = torch.finfo(torch.float32).min
         inp["mask"] = pad.to(dt)
+
+    def rms(t, w):
+        dtype = t.dtype
+        if v.norm == "no_upcast":           # the norm in bf16: not what the op computes
+            return w * (t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6))
+        tf = t.to(torch.float32)
+        if v.norm == "recip_sqrt":
+            tf = tf * (1 / torch.sqrt(tf.pow(2).mean(-1, keepdim=True) + 1e-6))
+        elif v.norm == "sum_div":
+            tf = tf * torch.rsqrt((tf * tf).sum(-1, keepdim=True) / t.shape[-1] + 1e-6)
+        else:
+            tf = tf * torch.rsqrt(tf.pow(2).mean(-1, keepdim=True) + 1e-6)
+        if v.norm == "cast_weight":
+            return w * tf.to(dtype)
+        if v.norm == "one_plus":
+            return (tf * (1.0 + w.float())).to(dtype)
+        if v.norm in ("promoted", "over_proj"):
+            return (w * tf).to(dtype)       # type promotion: w of x's dtype times float32
+        return (tf * w.to(torch.float32)).to(dtype)
 
     def fn(x, wq=None, wk=None, wv=None, bq=None, bk=None, bv=None, w_qkv=None, b_qkv=None,
            wo=None, bo=None, qn=None, kn=None, cos=None, sin=None, inv_freq=None,
@@ -107,22 +149,22 @@ def build(v: Variant, seed: int = 0):
                 q, k, vv = q + bq, k + bk, vv + bv
         elif v.proj == "fused_split":
             q, k, vv = F.linear(x, w_qkv, b_qkv).split([H * D, HK * D, HK * D], dim=-1)
+        elif v.proj == "fused_chunk":
+            q, k, vv = F.linear(x, w_qkv, b_qkv).chunk(3, dim=-1)
+        elif v.proj == "fused_unbind":
+            q, k, vv = F.linear(x, w_qkv, b_qkv).view(b, s, 3, H, D).unbind(2)
+        elif v.proj == "fused_heads":
+            qkv = F.linear(x, w_qkv, b_qkv).view(b, s, H, 3 * D)
+            q, k, vv = qkv.chunk(3, dim=-1)
         else:
             qkv = F.linear(x, w_qkv, b_qkv)
             q, k, vv = qkv[..., :H * D], qkv[..., H * D:(H + HK) * D], qkv[..., (H + HK) * D:]
-        q, k, vv = q.view(b, s, H, D), k.view(b, s, HK, D), vv.view(b, s, HK, D)
+        if v.norm == "over_proj":
+            q, k = rms(q, qn), rms(k, kn)
+        q, k, vv = q.reshape(b, s, H, D), k.reshape(b, s, HK, D), vv.reshape(b, s, HK, D)
 
-        def rms(t, w):
-            dtype = t.dtype
-            tf = t.to(torch.float32)
-            tf = tf * torch.rsqrt(tf.pow(2).mean(-1, keepdim=True) + 1e-6)
-            if v.norm == "cast_weight":
-                return w * tf.to(dtype)
-            if v.norm == "one_plus":
-                return (tf * (1.0 + w.float())).to(dtype)
-            return (tf * w.to(torch.float32)).to(dtype)
-
-        if v.norm in ("fp32_weight", "cast_weight", "one_plus"):
+        if v.norm in ("fp32_weight", "cast_weight", "one_plus", "promoted", "recip_sqrt",
+                      "sum_div", "no_upcast"):
             q, k = rms(q, qn), rms(k, kn)
         q, k, vv = q.transpose(1, 2), k.transpose(1, 2), vv.transpose(1, 2)
         if v.norm == "fp32_weight_after_t":
@@ -133,6 +175,10 @@ def build(v: Variant, seed: int = 0):
             emb = torch.cat((f, f), dim=-1)
             c, sn = emb.cos().to(x.dtype).unsqueeze(1), emb.sin().to(x.dtype).unsqueeze(1)
             q, k = q * c + _rotate_half(q) * sn, k * c + _rotate_half(k) * sn
+        elif v.rope == "half_fp32":
+            c, sn = cos.unsqueeze(1), sin.unsqueeze(1)
+            q = ((q * c) + (_rotate_half(q) * sn)).to(q.dtype)
+            k = ((k * c) + (_rotate_half(k) * sn)).to(k.dtype)
         elif v.rope in ("half", "interleaved"):
             c, sn = cos.unsqueeze(1), sin.unsqueeze(1)
             r = _rotate_half if v.rope == "half" else _rotate_interleaved
@@ -155,16 +201,25 @@ def build(v: Variant, seed: int = 0):
             if v.repeat == "none":
                 kw["enable_gqa"] = True
             am = mask if v.mask in ("bool_keep_sdpa", "add_in") else None
+            if v.mask == "pad_rows_sdpa":      # transformers' form: causal AND padding, as bool
+                i = torch.arange(s, device=x.device)
+                am = (i[None, :] <= i[:, None])[None, None] & mask
             o = F.scaled_dot_product_attention(q, k, vv, attn_mask=am, dropout_p=v.dropout,
                                                is_causal=v.mask == "causal_sdpa", **kw)
         else:
             sc = torch.matmul(q, k.transpose(2, 3))
             if v.scale == "mul":
-                sc = sc * D ** -0.5
+                sc = D ** -0.5 * sc if v.scale_first else sc * D ** -0.5
             elif v.scale == "div":
                 sc = sc / math.sqrt(D)
-            if v.softcap:
+            if v.softcap and v.softcap_form == "after_mask":
+                sc = sc.masked_fill(torch.triu(torch.ones(s, s, dtype=torch.bool), 1),
+                                    float("-inf"))
                 sc = torch.tanh(sc / v.softcap) * v.softcap
+            elif v.softcap:
+                inner = sc * (1.0 / v.softcap) if v.softcap_form == "recip_mul" else sc / v.softcap
+                cap = 2 * v.softcap if v.softcap_form == "mismatched" else v.softcap
+                sc = torch.tanh(inner) * cap
             if v.mask in ("causal_fill", "causal_fill_min", "causal_and_add_in",
                           "causal_min_and_add_in"):
                 tri = torch.triu(torch.ones(s, s, dtype=torch.bool, device=x.device), diagonal=1)
@@ -180,11 +235,24 @@ def build(v: Variant, seed: int = 0):
                 sc = sc.masked_fill(band, float("-inf"))
             elif v.mask == "bool_in":
                 sc = sc.masked_fill(mask, float("-inf"))
-            if v.mask in ("add_in", "causal_and_add_in", "causal_min_and_add_in"):
+            elif v.mask == "chunked":         # causal within chunks of 3: a constant mask that
+                i = torch.arange(s, device=x.device)   # is neither causal nor a window
+                sc = sc.masked_fill((i[None, :] > i[:, None]) | (i[None, :] // 3 != i[:, None] // 3),
+                                    float("-inf"))
+            elif v.mask == "keep_where":      # where(keep, scores, -inf)
+                sc = torch.where(mask, sc, float("-inf"))
+            elif v.mask == "window_and_pad":  # a window built in the graph, then padding
+                i = torch.arange(s, device=x.device)
+                band = (i[None, :] > i[:, None]) | (i[:, None] - i[None, :] >= 3)
+                sc = sc.masked_fill(band, float("-inf")).masked_fill(~mask, float("-inf"))
+            elif v.mask == "pad_rows_inf":    # causal and padding with -inf: NaN rows in eager
+                tri = torch.triu(torch.ones(s, s, dtype=torch.bool, device=x.device), 1)
+                sc = sc.masked_fill(tri, float("-inf")).masked_fill(mask, float("-inf"))
+            if v.mask in ("add_in", "causal_and_add_in", "causal_min_and_add_in", "pad_rows_min"):
                 sc = sc + mask
             probs = F.softmax(sc, dim=-1, dtype=torch.float32).to(q.dtype)
-            if v.dropout:
-                probs = F.dropout(probs, p=v.dropout, training=True)
+            if v.dropout or not v.dropout_training:
+                probs = F.dropout(probs, p=v.dropout, training=v.dropout_training)
             o = torch.matmul(probs, vv)
         if v.end == "heads":
             return (o, probs) if v.probs else o
@@ -223,13 +291,40 @@ FUSED = [
     Variant("ends_at_heads", end="heads", mask="causal_fill"),
     Variant("fp16_sdpa", dtype=torch.float16, core="sdpa", mask="causal_sdpa", norm="fp32_weight",
             rope="half"),
+    # canonical forms: each is written another way than the op computes it, same values
+    Variant("fused_qkv_chunk", proj="fused_chunk", repeat="mha", rope="half", mask="causal_fill"),
+    Variant("gptj_unbind", proj="fused_unbind", bias=True, repeat="mha", rope="interleaved",
+            mask="causal_fill"),
+    Variant("neox_heads_layout", proj="fused_heads", bias=True, repeat="mha", rope="partial",
+            mask="causal_add"),
+    Variant("norm_promoted_bf16", dtype=torch.bfloat16, norm="promoted", rope="half",
+            mask="causal_add"),
+    Variant("rope_fp32_bf16", dtype=torch.bfloat16, norm="over_proj", rope="half_fp32",
+            mask="causal_fill"),
+    Variant("norm_recip_sqrt", norm="recip_sqrt", rope="half", mask="causal_fill"),
+    Variant("norm_sum_div", norm="sum_div", rope="half", mask="causal_fill"),
+    Variant("norm_over_projection", norm="over_proj", rope="half", mask="causal_fill"),
+    Variant("scale_first", scale_first=True, mask="causal_fill"),
+    Variant("dropout_eval", dropout=0.5, dropout_training=False, mask="causal_add"),
+    Variant("dropout_p0", dropout=0.0, mask="causal_add"),
+    Variant("keep_where_mask", mask="keep_where", probs=True),
+    # sliding windows and softcapping are op features
+    Variant("sliding_window", mask="window"),
+    Variant("chunked_mask_as_tensor", mask="chunked", rope="half"),
+    Variant("window_and_padding", mask="window_and_pad", rope="half"),
+    Variant("softcap", softcap=30.0, mask="causal_fill"),
+    Variant("softcap_recip", softcap=30.0, softcap_form="recip_mul", mask="add_in"),
+    # fully masked rows (left padding): NaN, uniform, zeros, exactly as eager
+    Variant("padded_rows_inf", mask="pad_rows_inf", probs=True),
+    Variant("padded_rows_min", mask="pad_rows_min", probs=True),
+    Variant("padded_rows_sdpa", core="sdpa", scale="default", mask="pad_rows_sdpa"),
 ]
 
 # Variants that must be left alone, with the reason reported.
 REJECTED = [
     (Variant("dropout_active_sdpa", core="sdpa", dropout=0.5), "dropout is active"),
-    (Variant("sliding_window", mask="window"), "in-graph mask not recognized"),
-    (Variant("softcap", softcap=30.0), "softcapping"),
+    (Variant("softcap_mismatched", softcap=30.0, softcap_form="mismatched"), "softcapping"),
+    (Variant("softcap_after_mask", softcap=30.0, softcap_form="after_mask"), "softcapping"),
     (Variant("head_dim_24", head_dim=24), "unsupported head_dim"),
     # finfo.min causal fill plus a padding mask: a fully masked row stays finite in eager; the op's
     # causal is -inf, so this is not reproduced exactly

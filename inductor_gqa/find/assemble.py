@@ -14,7 +14,8 @@ import torch
 from torch.fx import Node
 
 from inductor_gqa.patterns.attention_core import Core, match_core
-from inductor_gqa.patterns.projection import OutputEnd, Projection, match_output, match_projection
+from inductor_gqa.patterns.projection import (OutputEnd, Projection, match_output,
+                                               match_projection, projection_of)
 from inductor_gqa.patterns.repeat_kv import strip_repeat_kv
 from inductor_gqa.patterns.rms_norm import Norm, match_rms_norm
 from inductor_gqa.patterns.rope import cos_sin_operand, freq_source, match_rope
@@ -48,6 +49,19 @@ def _strip_norm_and_transpose(n: Node, what: str) -> tuple[Node, Optional[Norm]]
         if norm is not None:
             n = norm.x
     return n, norm
+
+
+def _norm_over_projection(heads: Node) -> Optional[tuple[Norm, Projection]]:
+    """(norm, projection) when ``heads`` views a norm taken over a whole projection (OLMo-2:
+    ``q_norm(q_proj(x)).view(B, S, H, D)``)."""
+    if not (is_op(heads, *VIEWS) and len(shape(heads)) == 4):
+        return None
+    norm = match_rms_norm(heads.args[0])
+    if norm is None or len(shape(norm.x)) != 3:
+        return None
+    if not same(shape(norm.weight)[0], shape(norm.x)[-1]):
+        raise Reject("rms_norm not recognized", "weight does not cover the projection")
+    return norm, projection_of(norm.x)
 
 
 def _same_node(a: Node, b: Node) -> bool:
@@ -85,12 +99,22 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
     if rope_q is not None:
         if not (_same_node(rope_q.cos, rope_k.cos) and _same_node(rope_q.sin, rope_k.sin)):
             raise Reject("rope not recognized", "q and k use different cos/sin")
-        if (rope_q.style, rope_q.rotary_dim) != (rope_k.style, rope_k.rotary_dim):
+        if (rope_q.style, rope_q.rotary_dim, rope_q.fp32) != (rope_k.style, rope_k.rotary_dim,
+                                                              rope_k.fp32):
             raise Reject("rope not recognized", "q and k rotate differently")
         q_pre, k_pre = rope_q.x, rope_k.x
 
     q_heads, norm_q = _strip_norm_and_transpose(q_pre, "q")
     k_heads, norm_k = _strip_norm_and_transpose(k_pre, "k")
+    scope = "head"
+    proj_q, proj_k = _norm_over_projection(q_heads), _norm_over_projection(k_heads)
+    if (proj_q or proj_k) and not (norm_q or norm_k):
+        if not (proj_q and proj_k):
+            raise Reject("rms_norm not recognized", "norm on only one of q/k")
+        (norm_q, pq), (norm_k, pk) = proj_q, proj_k
+        scope = "proj"
+    else:
+        pq, pk = match_projection(q_heads), match_projection(k_heads)
     if (norm_q is None) != (norm_k is None):
         raise Reject("rms_norm not recognized", "norm on only one of q/k")
     if norm_q is not None:
@@ -103,7 +127,7 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
         raise Reject("head layout not recognized", "v is not a [B, S, H, D] transpose")
     v_heads = v4.args[0]
 
-    pq, pk, pv = (match_projection(n) for n in (q_heads, k_heads, v_heads))
+    pv = match_projection(v_heads)
     if not (pq.x is pk.x is pv.x):
         raise Reject("projection not recognized", "q, k, v project different inputs")
     x = pq.x
@@ -114,8 +138,11 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
     spec = BlockSpec(
         num_heads=h, num_kv_heads=hkv, head_dim=d,
         norm=norm_q.style if norm_q else "none", eps=norm_q.eps if norm_q else 1e-6,
+        norm_scope=scope,
         rope=rope_q.style if rope_q else "none", rotary_dim=rope_q.rotary_dim if rope_q else 0,
+        rope_fp32=bool(rope_q and rope_q.fp32),
         core=core.kind, scale=float(core.scale), scale_op=core.scale_op, causal=core.causal,
+        window=int(core.window), softcap=float(core.softcap),
         mask=core.mask, mask_fill=float(core.mask_fill),
         return_probs=core.probs is not None and _probs_escape(core))
     cos = cos_sin_operand(rope_q.cos) if rope_q else None
@@ -123,7 +150,9 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
     inv_freq = position_ids = None
     if rope_q is not None and options.rope_from_positions:
         src = freq_source(cos, sin, rope_q.style, rope_q.rotary_dim)
-        if src is not None and same(shape(src[1])[0], b):
+        # position ids of one row (transformers' default) serve the whole batch
+        rows = shape(src[1])[0] if src is not None else None
+        if src is not None and (isinstance(rows, int) and rows == 1 or same(rows, b)):
             inv_freq, position_ids = src
             cos = sin = None
     tensors = dict(

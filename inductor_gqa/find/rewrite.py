@@ -49,8 +49,7 @@ def rewrite(graph: Graph, match: BlockMatch) -> Node:
         for name in _TENSOR_ARGS:
             value = match.tensors[name]
             if isinstance(value, tuple):     # rows of a fused QKV weight/bias
-                src, start, end = value
-                value = _add(graph, aten.slice.Tensor, (src, 0, start, end), fake_mode)
+                value = _rows(graph, value, fake_mode)
             args.append(value)
         spec = match.spec.op_kwargs()
         op = torch.ops.inductor_gqa.attention_block.default
@@ -63,6 +62,25 @@ def rewrite(graph: Graph, match: BlockMatch) -> Node:
     if match.spec.return_probs:
         match.core.probs.replace_all_uses_with(probs)
     return call
+
+
+def _rows(graph: Graph, value: tuple, fake_mode) -> Node:
+    """Rows start..end-1 of a fused weight or bias; with (groups, stride), those rows of every
+    group of ``stride`` rows, gathered into one tensor (a copy: the rows are not evenly spaced)."""
+    if len(value) == 3:
+        src, start, end = value
+        return _add(graph, aten.slice.Tensor, (src, 0, start, end), fake_mode)
+    src, start, end, groups, stride = value
+    rest = list(val_shape(src)[1:])
+    grouped = _add(graph, aten.view.default, (src, [groups, stride, *rest]), fake_mode)
+    part = _add(graph, aten.slice.Tensor, (grouped, 1, start, end), fake_mode)
+    dense = _add(graph, aten.clone.default, (part,), fake_mode)
+    dense.kwargs = {"memory_format": torch.contiguous_format}
+    return _add(graph, aten.view.default, (dense, [groups * (end - start), *rest]), fake_mode)
+
+
+def val_shape(n: Node) -> tuple:
+    return tuple(n.meta["val"].shape)
 
 
 def _unmerge(graph: Graph, out: Node, match: BlockMatch, fake_mode) -> Node:

@@ -327,7 +327,15 @@ def _attention_tile(
         l_i = tl.load(ML + ml_off * 2 + 1, mask=m_ok, other=1.0)
         # the row's log-sum-exp (base 2): dividing by l becomes part of the exponent, one
         # multiply per probability fewer (a row with l == 0, wholly masked, gives NaN as eager)
-        lse = tl.where(m_i == float("-inf"), 0.0, m_i) + tl.log2(l_i)
+        m_use2 = tl.where(m_i == float("-inf"), 0.0, m_i)
+        if MASK_KIND != 0:
+            # a mask tensor can make a row's maximum a huge finite value (finfo.min fills):
+            # m + log2(l) would round to m there, so subtract the two one after the other
+            log_l = tl.log2(l_i)
+            lse = m_use2
+        else:
+            log_l = 0.0
+            lse = m_use2 + tl.log2(l_i)
     else:
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -375,7 +383,10 @@ def _attention_tile(
                 l_i = tl.sum(p, 1)
                 p = p * (1.0 / l_i)[:, None]
             else:
-                p = tl.exp2(_shifted(t, lse, qscale, EXP_SCALE))
+                if MASK_KIND != 0:
+                    p = tl.exp2(_shifted(t, lse, qscale, EXP_SCALE) - log_l[:, None])
+                else:
+                    p = tl.exp2(_shifted(t, lse, qscale, EXP_SCALE))
             p_out = p.to(P.dtype.element_ty)
             if ALIGN4:
                 a = start_n + offs_nb

@@ -45,14 +45,15 @@ def attention_block(
     attn_mask: Optional[torch.Tensor], wo: Optional[torch.Tensor], bo: Optional[torch.Tensor],
     runtime_scale: Optional[torch.Tensor], runtime_eps: Optional[torch.Tensor],
     runtime_k_eps: Optional[torch.Tensor],
-    num_heads: int, num_kv_heads: int, head_dim: int, norm: str, eps: float, rope: str,
-    rotary_dim: int, core: str, scale: float, scale_op: str, causal: bool, mask: str,
-    mask_fill: float, return_probs: bool,
+    num_heads: int, num_kv_heads: int, head_dim: int, norm: str, eps: float, norm_scope: str,
+    rope: str, rotary_dim: int, rope_fp32: bool, core: str, scale: float, scale_op: str,
+    causal: bool, window: int, softcap: float, mask: str, mask_fill: float, return_probs: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     spec = BlockSpec(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, norm=norm,
-                     eps=eps, rope=rope, rotary_dim=rotary_dim, core=core, scale=scale,
-                     scale_op=scale_op, causal=causal, mask=mask, mask_fill=mask_fill,
-                     return_probs=return_probs)
+                     eps=eps, norm_scope=norm_scope, rope=rope, rotary_dim=rotary_dim,
+                     rope_fp32=rope_fp32, core=core,
+                     scale=scale, scale_op=scale_op, causal=causal, window=window,
+                     softcap=softcap, mask=mask, mask_fill=mask_fill, return_probs=return_probs)
     tensors = dict(zip(TENSOR_ARGS, (x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos,
                                      sin, inv_freq, position_ids, attn_mask, wo, bo,
                                      runtime_scale, runtime_eps, runtime_k_eps)))
@@ -63,9 +64,9 @@ def attention_block(
 
 @attention_block.register_fake
 def _(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin, inv_freq, position_ids,
-      attn_mask, wo, bo, runtime_scale, runtime_eps, runtime_k_eps, num_heads, num_kv_heads, head_dim, norm, eps,
-      rope, rotary_dim, core,
-      scale, scale_op, causal, mask, mask_fill, return_probs):
+      attn_mask, wo, bo, runtime_scale, runtime_eps, runtime_k_eps, num_heads, num_kv_heads,
+      head_dim, norm, eps, norm_scope, rope, rotary_dim, rope_fp32, core, scale, scale_op, causal,
+      window, softcap, mask, mask_fill, return_probs):
     b, s, _ = x.shape
     width = wo.shape[0] if wo is not None else num_heads * head_dim
     out = x.new_empty((b, s, width))

@@ -50,6 +50,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, spec: Bloc
     r = spec.rotary_dim
     cos = _as_bsd(cos).unsqueeze(1)
     sin = _as_bsd(sin).unsqueeze(1)
+    if spec.rope_fp32 and x.dtype != torch.float32:
+        xf = x[..., :r].to(torch.float32)
+        rot = (xf * cos.to(torch.float32) + _rotate(xf, spec.rope) * sin.to(torch.float32)).to(
+            x.dtype)
+        return rot if r == x.shape[-1] else torch.cat((rot, x[..., r:]), dim=-1)
     if r == x.shape[-1]:
         return x * cos + _rotate(x, spec.rope) * sin
     x_rot, x_pass = x[..., :r], x[..., r:]
@@ -68,24 +73,37 @@ def _repeat_kv(t: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 def attention_core(q, k, v, attn_mask, spec: BlockSpec, runtime_scale=None):
-    """q [B, H, S, D], k/v [B, Hkv, S, D] -> (o [B, H, S, D], probs or None)."""
+    """q [B, H, S, D], k/v [B, Hkv, S, D] -> (o [B, H, S, D], probs or None).
+
+    Rows that every mask empties give what the eager form gives: SDPA's own answer for the sdpa
+    core (zeros in current torch); NaN for an explicit chain over -inf only; for an additive mask
+    of finfo.min, a uniform row (the min added to every score leaves them all equal)."""
     k = _repeat_kv(k, spec.groups)
     v = _repeat_kv(v, spec.groups)
+    structure = spec.causal or spec.window > 0
     if spec.core == "sdpa":
         mask = attn_mask
-        if spec.causal and mask is not None:
-            # SDPA forbids is_causal with a mask: fold the causal part into the mask, exactly.
-            causal = _causal_keep(q.shape[-2], k.shape[-2], q.device)
-            mask = (mask & causal) if mask.dtype == torch.bool else mask.masked_fill(
-                ~causal, float("-inf"))
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=spec.scale), None
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=spec.causal, scale=spec.scale), None
+        if spec.causal and not spec.window and mask is None:
+            return F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, scale=spec.scale), None
+        if structure:
+            # SDPA forbids is_causal with a mask: fold causal/window into the mask, exactly.
+            keep = _structure_keep(q.shape[-2], k.shape[-2], spec, q.device)
+            if mask is None:
+                mask = keep
+            elif mask.dtype == torch.bool:
+                mask = mask & keep
+            else:
+                mask = mask.masked_fill(~keep, float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=spec.scale), None
     s = torch.matmul(q, k.transpose(2, 3))
     scale = spec.scale if runtime_scale is None else runtime_scale
     s = s * scale if spec.scale_op == "mul" else s / scale
-    if spec.causal:
-        s = s.masked_fill(~_causal_keep(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+    if spec.softcap:
+        s = torch.tanh(s / spec.softcap) * spec.softcap
+    if structure:
+        s = s.masked_fill(~_structure_keep(q.shape[-2], k.shape[-2], spec, q.device),
+                          float("-inf"))
     if spec.mask == "bool_fill":
         s = s.masked_fill(attn_mask, spec.mask_fill)
     elif spec.mask == "bool_keep":
@@ -96,8 +114,17 @@ def attention_core(q, k, v, attn_mask, spec: BlockSpec, runtime_scale=None):
     return torch.matmul(p, v), p
 
 
-def _causal_keep(sq: int, sk: int, device) -> torch.Tensor:
-    return torch.ones(sq, sk, dtype=torch.bool, device=device).tril(diagonal=sk - sq)
+def _structure_keep(sq: int, sk: int, spec: BlockSpec, device) -> torch.Tensor:
+    """[sq, sk] bool, True = visible: causal (key j at most query i) and the sliding window
+    (i - j < window), with query positions aligned to the end of the keys."""
+    i = torch.arange(sq, device=device)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=device)[None, :]
+    keep = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    if spec.causal:
+        keep = keep & (j <= i)
+    if spec.window:
+        keep = keep & (i - j < spec.window)
+    return keep
 
 
 def project_qkv(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin, inv_freq,
@@ -105,17 +132,23 @@ def project_qkv(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, si
     """x [B, S, E] -> q [B, H, S, D], k/v [B, Hkv, S, D] after bias, norm and RoPE."""
     b, s, _ = x.shape
     d = spec.head_dim
-    q = F.linear(x, wq, bq).view(b, s, spec.num_heads, d)
-    k = F.linear(x, wk, bk).view(b, s, spec.num_kv_heads, d)
+    q, k = F.linear(x, wq, bq), F.linear(x, wk, bk)
+    if spec.norm != "none" and spec.norm_scope == "proj":
+        q = rms_norm(q, q_norm_weight, spec, runtime_eps)
+        k = rms_norm(k, k_norm_weight, spec,
+                     runtime_eps if runtime_k_eps is None else runtime_k_eps)
+    q = q.view(b, s, spec.num_heads, d)
+    k = k.view(b, s, spec.num_kv_heads, d)
     v = F.linear(x, wv, bv).view(b, s, spec.num_kv_heads, d)
-    if spec.norm != "none":
+    if spec.norm != "none" and spec.norm_scope == "head":
         q = rms_norm(q, q_norm_weight, spec, runtime_eps)
         k = rms_norm(k, k_norm_weight, spec,
                      runtime_eps if runtime_k_eps is None else runtime_k_eps)
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if spec.rope != "none":
         if cos is None:
-            cos, sin = rope_cos_sin(inv_freq, position_ids, x.dtype, spec.rope)
+            cos, sin = rope_cos_sin(inv_freq, position_ids,
+                                    torch.float32 if spec.rope_fp32 else x.dtype, spec.rope)
         q = apply_rope(q, cos, sin, spec)
         k = apply_rope(k, cos, sin, spec)
     return q, k, v

@@ -15,6 +15,7 @@ ROPES = ("none", "half", "interleaved")
 CORES = ("sdpa", "explicit")
 SCALE_OPS = ("mul", "div")
 MASKS = ("none", "bool_keep", "bool_fill", "additive")
+NORM_SCOPES = ("head", "proj")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,17 +23,27 @@ class BlockSpec:
     num_heads: int
     num_kv_heads: int
     head_dim: int
-    # Per-head RMSNorm on q and k (both or neither), computed in float32:
+    # RMSNorm on q and k (both or neither), computed in float32:
     #   fp32_weight:          (x.float() * rsqrt(mean(x^2) + eps) * w.float()).to(dtype)
     #   cast_weight:          (x.float() * rsqrt(mean(x^2) + eps)).to(dtype) * w
     #   fp32_one_plus_weight: (x.float() * rsqrt(mean(x^2) + eps) * (1 + w.float())).to(dtype)
     norm: str = "none"
     eps: float = 1e-6
+    # What the norm is taken over (weights shaped to match):
+    #   head: each head's head_dim features, weight [head_dim], q and k of [B, S, heads, D]
+    #   proj: the whole projection row before the head split (OLMo-2), weights [H*D] for q and
+    #         [Hkv*D] for k: q = norm(x @ Wq^T + bq).view(B, S, H, D)
+    norm_scope: str = "head"
     # RoPE on the first rotary_dim features of q and k, after the norm.
     #   half:        x * cos + cat(-x2, x1) * sin          (x1, x2 = halves)
     #   interleaved: x * cos + stack(-x[1::2], x[::2]).flatten(-2) * sin   (GPT-J)
     rope: str = "none"
     rotary_dim: int = 0
+    # RoPE of a bfloat16/float16 q and k computed in float32 (OLMo): float32 cos/sin,
+    #   (x.float() * cos + rotate(x).float() * sin).to(x.dtype)    (one rounding, at the end)
+    # on the first rotary_dim features (the rest pass through). Off: every step in x's dtype
+    # with cos/sin of x's dtype, as eager rounds it. Irrelevant for float32 q/k (never set).
+    rope_fp32: bool = False
     # Attention core.
     #   sdpa:     F.scaled_dot_product_attention semantics (scale = its scale argument)
     #   explicit: s = q @ k^T; s = s * scale (scale_op mul) or s / scale (div); mask; softmax in
@@ -41,6 +52,14 @@ class BlockSpec:
     scale: float = 1.0
     scale_op: str = "mul"
     causal: bool = False
+    # Sliding window (0 = none): key j is visible from query i only when i - j < window
+    # (transformers' sliding_window: kv_idx > q_idx - window), positions aligned at the end as
+    # for causal; combined with causal it keeps the last ``window`` keys up to the query. Applied
+    # like causal: -inf before the mask tensor.
+    window: int = 0
+    # Logit softcapping (0 = off), explicit core only, after the scale and before any mask:
+    #   s = tanh(s / softcap) * softcap
+    softcap: float = 0.0
     # Mask tensor passed in (broadcastable to [B, H, S, S]):
     #   bool_keep: True = attend (SDPA convention);  bool_fill: True = replaced by mask_fill
     #   additive:  added to the scores
@@ -61,6 +80,11 @@ class BlockSpec:
         need(self.core in CORES, f"core must be one of {CORES}")
         need(self.scale_op in SCALE_OPS, f"scale_op must be one of {SCALE_OPS}")
         need(self.mask in MASKS, f"mask must be one of {MASKS}")
+        need(self.norm_scope in NORM_SCOPES, f"norm_scope must be one of {NORM_SCOPES}")
+        need(self.window >= 0, "window must be >= 0")
+        need(self.softcap >= 0.0, "softcap must be >= 0")
+        need(not (self.softcap and self.core == "sdpa"), "sdpa core has no softcapping")
+        need(not (self.rope_fp32 and self.rope == "none"), "rope_fp32 without RoPE")
         if self.rope != "none":
             need(0 < self.rotary_dim <= self.head_dim and self.rotary_dim % 2 == 0,
                  "rotary_dim must be even and in (0, head_dim]")
