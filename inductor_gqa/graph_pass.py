@@ -153,9 +153,16 @@ def match_values(match) -> dict:
     """The fake values of a match's op inputs by name (row slices of fused weights sliced)."""
     out = {}
     for name, value in match.tensors.items():
-        if isinstance(value, tuple):
-            src, start, end = value
-            value = src.meta["val"][start:end]
+        if isinstance(value, tuple):        # rows of a fused weight (find/rewrite.py's _rows)
+            src, start, end, *grouped = value
+            v = src.meta["val"]
+            if grouped:
+                groups, stride = grouped
+                v = v.view(groups, stride, *v.shape[1:])[:, start:end].reshape(
+                    groups * (end - start), *v.shape[1:])
+                value = v
+            else:
+                value = v[start:end]
         elif isinstance(value, torch.fx.Node):
             value = value.meta["val"]
         out[name] = value
