@@ -102,13 +102,12 @@ def _bwd_tile(g_ptr, x_ptr, w_ptr, n_rows, heads, S, tile, eps, cos_ptr, sin_ptr
 def norm_rope_bwd_kernel(
         GQ, GK, XQ, XK, QW, KW, cos_ptr, sin_ptr, DW,
         q_rows, k_rows, HQ, HK, S, eps, eps_k, cs_b, cs_s, cs_d, ld_g, ld_gk, k_col, ld_xq,
-        ld_xk,
-        npq, npk, D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
+        ld_xk, npq, npk, D: tl.constexpr, BLOCK_D: tl.constexpr, ROWS: tl.constexpr,
         NORM: tl.constexpr, ROPE: tl.constexpr, R: tl.constexpr, STRIDED: tl.constexpr):
     """Programs [0, npq) take q's head rows, [npq, npq + npk) k's. GQ/GK: the gradients,
     rewritten in place, rows ld_g and ld_gk apart (STRIDED: GQ is one buffer holding q's
-    gradient at column 0 and k's at k_col). XQ/XK: the pre-norm q and k (row strides ld_xq, ld_xk). DW: per program
-    the float32 partial of its part's weight gradient."""
+    gradient at column 0 and k's at k_col). XQ/XK: the pre-norm q and k (row strides ld_xq,
+    ld_xk). DW: per program the float32 partial of its part's weight gradient."""
     eps = tl.cast(eps, tl.float32)        # fp64 from Inductor's launcher, fp32 from Triton's
     eps_k = tl.cast(eps_k, tl.float32)
     pid = tl.program_id(0)
