@@ -9,11 +9,12 @@ What the forward must keep (per block, besides its inputs q, k, v, mask):
     m + log2(l) per row (4 bytes per row) for training;
   * with returned probabilities and a gradient flowing into them, the probabilities themselves
     (the op returns them anyway).
-  Memory per block: o (B*S*H*D, usually kept for o_proj's weight gradient regardless) plus
-  4*B*H*S bytes of statistics (8 with ``ml``), against eager autograd's B*H*S*S probabilities
-  (twice: the float32 softmax output and its cast for P @ V in the explicit form) plus the
-  repeated K and V (B*H*S*D each). At S = 4096, H = 96, float32: 6.4 GB of probabilities per
-  batch row against 1.5 MB of statistics.
+  Memory per block: o (B*S*H*D, kept for o_proj's weight gradient regardless) plus 8*B*H*S
+  bytes of statistics (``ml``; 4 with ``lse``), against eager autograd's B*H*S*S probabilities
+  (twice in 16-bit models: the float32 softmax output and its cast for P @ V) plus the repeated
+  K and V (B*H*S*D each). At S = 4096, H = 96, float32: 6.4 GB of probabilities per batch row
+  against 3 MB of statistics. The backward itself adds 8 (12 with a mask tensor) bytes per row
+  (its LSE, D and row max) and its gradients.
 
 Kernels (three launches, the FlashAttention-2 structure):
   1. ``bwd_preprocess_kernel``, programs (row tile, b*H + h): D = rowsum(dO * o) in float32 and
@@ -72,8 +73,9 @@ class BackwardConfig:
     pre_m: int = 64
 
 
-# untuned starting points for the H200 (sm_90 shared memory per config: docs in the report of
-# tests/kernels/sm90_compile.py --only flash_bwd --shared); the first that fits is the default
+# untuned starting points for the H200, none measured yet (shared memory per config on sm_90:
+# tests/kernels/sm90_compile.py --only bwd --candidates --shared); the first that fits the
+# estimate below is the default
 B = BackwardConfig
 B16_CONFIGS = [B(32, 128, 128, 32, 4, 3), B(64, 128, 128, 64, 8, 2), B(32, 64, 64, 32, 4, 2)]
 F32_CONFIGS = [B(32, 64, 64, 32, 4, 2), B(32, 32, 32, 32, 4, 2), B(16, 32, 32, 16, 4, 1)]
@@ -473,6 +475,8 @@ def launch(q, k, v, o, do, *, batch, seq, num_heads, groups, head_dim, scale, ca
     vt, sv = v
     if len(sv) != 4:
         raise ValueError("flash_bwd.launch: v needs (tensor, (stride b, h, s, d))")
+    if not (qt.dtype == kt.dtype == vt.dtype == dot.dtype):
+        raise ValueError("flash_bwd.launch: q, k, v and do must share a dtype (o may differ)")
     h, d = num_heads, head_dim
     hk = h // groups
     dev = qt.device

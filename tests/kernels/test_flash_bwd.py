@@ -22,13 +22,15 @@ FWD = AttentionConfig(16, 16, 4, 1)
 
 
 def reference(q, k, v, do, *, scale, causal=False, window=0, softcap=0.0, mask=None,
-              mask_kind="none", mask_fill=float("-inf"), empty_zero=False, dprobs=None):
+              mask_kind="none", mask_fill=float("-inf"), empty_zero=False, dprobs=None,
+              divisor=None):
     """Eager attention in float64 and its autograd gradients (dq, dk, dv): q [B, H, S, D], k/v
     [B, Hkv, S, D], do [B, H, S, D]; masks applied with masked_fill / add as eager code does."""
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
     g = q.shape[1] // k.shape[1]
     kr, vr = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-    s = (q @ kr.transpose(-1, -2)) * scale
+    s = q @ kr.transpose(-1, -2)
+    s = s / divisor if divisor is not None else s * scale
     if softcap:
         s = torch.tanh(s / softcap) * softcap
     n = q.shape[2]
@@ -153,8 +155,9 @@ def test_head_dim_padding_and_div_scale():
     # head_dim 24 (a padded tile); the explicit form's `s / scale` reaches the kernels as its
     # effective multiplier 1 / scale
     q, k, v, do = inputs(1, 2, 1, 21, 24, seed=8)
-    kw = dict(scale=1 / math.sqrt(24.0), causal=True)
-    check(run(q, k, v, do, **kw), reference(q, k, v, do, **kw), 2e-5, 1e-4)
+    kw = dict(causal=True)
+    check(run(q, k, v, do, scale=1 / math.sqrt(24.0), **kw),
+          reference(q, k, v, do, scale=None, divisor=math.sqrt(24.0), **kw), 2e-5, 1e-4)
 
 
 def _mask(kind, b, s, seed, empty_rows=(), fill_rows=()):
