@@ -5,8 +5,11 @@ What the forward must keep (per block, besides its inputs q, k, v, mask):
   * the row statistics: either flash.py's ``ml`` (MODE 1's per-row max and sum of exp2, base 2,
     [B*H*S*2] float32; the probabilities path writes it already) or the base-2 log-sum-exp
     ``lse`` [B*H*S] float32 (max + log2(sum), of the scaled scores in log2 units). MODE 0 (the
-    online path, no probabilities) writes neither today: it needs a switch that stores
-    m + log2(l) per row (4 bytes per row) for training;
+    online path, no probabilities) writes neither today: for training it needs a switch that
+    stores its final (m, l) in MODE 1's layout. ``ml`` is the exact form: with a mask tensor a
+    row's max can be a huge finite fill (-1e9, finfo.min) beside which log2(sum) vanishes in
+    m + log2(sum), and the kernels then take exp2((t - m) - log2(sum)) (TWO_STATS); ``lse``
+    is exact only without such rows;
   * with returned probabilities and a gradient flowing into them, the probabilities themselves
     (the op returns them anyway).
   Memory per block: o (B*S*H*D, kept for o_proj's weight gradient regardless) plus 8*B*H*S
@@ -18,8 +21,9 @@ What the forward must keep (per block, besides its inputs q, k, v, mask):
 
 Kernels (three launches, the FlashAttention-2 structure):
   1. ``bwd_preprocess_kernel``, programs (row tile, b*H + h): D = rowsum(dO * o) in float32 and
-     the log-sum-exp from ``ml`` (or a copy of ``lse``), with a wholly masked row's (-inf) mapped
-     to +inf under EMPTY_ZERO so that its recomputed probabilities are zeros. DPROBS (a gradient
+     the log-sum-exp from ``ml`` (or a copy of ``lse``; TWO_STATS: log2(sum) and the max apart),
+     with a wholly masked row's -inf mapped to +inf under EMPTY_ZERO so that its recomputed
+     probabilities are zeros. DPROBS (a gradient
      dP_extra into the returned probabilities): D += rowsum(P * dP_extra) over the stored P.
   2. ``bwd_dkdv_kernel``, programs (key tile, b*Hkv + kv head): K and V tiles stay in registers
      while the program loops over the query tiles of all G query heads of its KV head, so dK and
