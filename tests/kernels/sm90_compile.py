@@ -14,6 +14,10 @@ reported.
     python tests/kernels/sm90_compile.py [--jobs 2] [--list] [--candidates]
                                                    (with TRITON_INTERPRET unset)
     python tests/kernels/sm90_compile.py --inspect TEXT            SASS statistics of some jobs
+    python tests/kernels/sm90_compile.py --only bwd --shared       the backward's shared memory
+
+The backward kernels (flash_bwd, norm_rope_bwd) are recorded from their launchers directly
+(``_backward_cases``), with their default configs, or every candidate with --candidates.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -184,6 +189,141 @@ def _arg_type(value, name, tma):
     raise TypeError(f"{name}: {type(value)}")
 
 
+def _add_launches(seen, name, launches):
+    """Each recorded launch as a compile job, keyed so that identical launches compile once."""
+    for la in launches:
+        fn = la.kernel
+        consts = {p.name: la.args[p.name] for p in fn.params if p.is_constexpr
+                  and p.name in la.args}
+        sig = {}
+        for p in fn.params:
+            v = la.args.get(p.name)
+            if p.is_constexpr or v is None or (isinstance(v, int) and not isinstance(
+                    v, bool) and v == 1):
+                sig[p.name] = "constexpr"
+                if not p.is_constexpr:
+                    consts[p.name] = v
+            else:
+                sig[p.name] = _arg_type(v, p.name, la.tma)
+        key = (fn.__name__, tuple(sorted(sig.items())), tuple(sorted(
+            (k, repr(v)) for k, v in consts.items())), la.num_warps, la.num_stages)
+        if key not in seen:
+            short = ", ".join(f"{k}={v}" for k, v in consts.items()
+                              if k.isupper() and k not in ("D", "BLOCK_D"))
+            seen[key] = (f"{fn.__name__} [{name}] {short} w{la.num_warps} "
+                         f"s{la.num_stages}", fn.__module__, fn.__name__, sig, consts,
+                         dict(num_warps=la.num_warps, num_stages=la.num_stages))
+
+
+def _backward_cases():
+    """(name, dtype, H, Hkv, D, S, B, prec, flash_bwd keywords, norm_rope_bwd keywords or None)
+    of the backward launches compiled: the reference workloads' blocks in training (W075 with
+    its returned probabilities' gradient, W092 with its norm and RoPE into one fused dqkv
+    buffer), and one block per remaining switch."""
+    f32, bf16 = "float32", "bfloat16"
+    nr_w092 = dict(norm="fp32_weight", rope="half", rotary_dim=128)
+    out = []
+    for prec in ("tf32", "tf32x3"):
+        for causal in (False, True):
+            out.append((f"W075 {prec} 449x16 causal={causal}", f32, 16, 4, 64, 449, 16, prec,
+                        dict(causal=causal, scale=1.0, dprobs=True, v_kmajor=True),
+                        dict(norm="none", rope="half", rotary_dim=64)))
+    for s, b in ((1024, 4), (293, 4)):
+        out.append((f"W092 {s}x{b}", bf16, 96, 8, 128, s, b, "tf32",
+                    dict(causal=True, scale=128 ** -0.5, fused=True), nr_w092))
+    for kind, dt in (("bool_keep", f32), ("bool_keep", bf16), ("additive", bf16),
+                     ("additive", f32)):
+        out.append((f"mask {kind} {dt} sdpa", dt, 8, 2, 64, 200, 2, "tf32",
+                    dict(causal=True, scale=0.125, mask=kind, empty_zero=True), None))
+    out.append(("mask additive explicit (NaN rows)", f32, 8, 2, 64, 200, 2, "tf32",
+                dict(causal=True, scale=0.125, mask="additive"), None))
+    for fill in (-1e9, float("-inf")):
+        out.append((f"mask bool_fill {fill}", f32, 8, 2, 64, 200, 2, "tf32",
+                    dict(causal=True, scale=0.125, mask="bool_fill", mask_fill=fill), None))
+    out.append(("window softcap bf16", bf16, 8, 2, 64, 256, 2, "tf32",
+                dict(causal=True, scale=0.125, window=64, softcap=30.0),
+                dict(norm="cast_weight", rope="interleaved", rotary_dim=64)))
+    out.append(("window ieee f32 MHA", f32, 4, 4, 64, 256, 2, "ieee",
+                dict(causal=True, scale=0.125, window=100),
+                dict(norm="fp32_one_plus_weight", rope="half", rotary_dim=32)))
+    for d in (16, 32, 256):
+        for dt in (f32, bf16):
+            out.append((f"head_dim {d} {dt}", dt, 4, 1, d, 300, 2, "tf32",
+                        dict(causal=True, scale=d ** -0.5),
+                        dict(norm="fp32_weight", rope="interleaved", rotary_dim=d)))
+    return out
+
+
+def _backward_launches(candidates: bool = False):
+    """Recorded launches of flash_bwd.launch and norm_rope_bwd.launch for ``_backward_cases``
+    (fake tensors), with the default config of each case, or (``candidates``) every candidate
+    config of its dtype that passes the shared-memory estimate."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from inductor_gqa.kernels import flash, flash_bwd, norm_rope_bwd
+    from inductor_gqa.kernels.launch import recording
+
+    for name, dtype, h, hk, d, s, b, prec, fa, nr in _backward_cases():
+        dt = getattr(torch, dtype)
+        m = b * s
+        default = flash_bwd.choose_config(d, dt)
+        pool = flash_bwd.F32_CONFIGS if dt == torch.float32 else flash_bwd.B16_CONFIGS
+        cfgs = [default] + ([c for c in pool if c != default and flash_bwd.smem_estimate(
+            c, d, dt.itemsize) <= flash_bwd._SMEM_BUDGET] if candidates else [])
+        mode = FakeTensorMode()
+        with mode:
+            qkv = torch.empty(m, (h + 2 * hk) * d, dtype=dt)
+            q, k = qkv[:, :h * d], qkv[:, h * d:(h + hk) * d]
+            if fa.get("v_kmajor"):
+                vt = torch.empty(hk * d, m, dtype=dt)
+                v = (vt, (s, d * m, 1, m))
+            else:
+                vv = qkv[:, (h + hk) * d:]
+                v = (vv, (s * vv.stride(0), d, vv.stride(0), 1))
+            o = torch.empty(b, s, h * d, dtype=dt)
+            do = torch.empty(m, h * d, dtype=dt)
+            ml = torch.empty(b * h * s * 2)
+            rows = lambda t: (t, (s * t.stride(0), d, t.stride(0)))  # noqa: E731
+            kind = fa.get("mask", "none")
+            mask = None
+            if kind != "none":
+                mk = (torch.empty(b, 1, s, s, dtype=torch.uint8) if kind.startswith("bool")
+                      else torch.empty(b, 1, s, s, dtype=dt))
+                mask = torch.broadcast_to(mk, (b, h, s, s))
+            probs = torch.empty(b, h, s, s, dtype=dt) if fa.get("dprobs") else None
+            dprobs = torch.empty(b, h, s, s, dtype=dt) if fa.get("dprobs") else None
+            dqkv = torch.empty(m, (h + 2 * hk) * d, dtype=dt) if fa.get("fused") else None
+        for cfg in cfgs:
+            with mode, recording() as launches:
+                flash_bwd.launch(
+                    rows(q), rows(k), v, (o, (s * h * d, d, h * d)), rows(do), batch=b, seq=s,
+                    num_heads=h, groups=h // hk, head_dim=d, scale=fa["scale"],
+                    causal=fa.get("causal", False), prec=prec, cfg=cfg, ml=ml, mask=mask,
+                    mask_kind=flash.MASK_CODES[kind], mask_fill=fa.get("mask_fill", -math.inf),
+                    window=fa.get("window", 0), softcap=fa.get("softcap", 0.0),
+                    empty_zero=fa.get("empty_zero", False), probs=probs, dprobs=dprobs,
+                    dqkv=dqkv)
+            c = cfg
+            yield (f"{name} kv{c.kv_m}x{c.kv_n} q{c.q_m}x{c.q_n} w{c.warps} s{c.stages}",
+                   launches)
+        if nr is None:
+            continue
+        with mode:
+            r = nr["rotary_dim"]
+            cos = torch.empty(1, s, r, dtype=dt).expand(b, s, r)
+            w = torch.empty(d, dtype=dt)
+            kw = dict(q=q, k=k, q_norm_weight=w, k_norm_weight=w, cos=cos, sin=cos, seq=s,
+                      num_heads=h, num_kv_heads=hk, head_dim=d, eps=1e-6, **nr)
+            with recording() as launches:
+                if dqkv is not None:
+                    norm_rope_bwd.launch(dqkv=dqkv, **kw)
+                else:
+                    norm_rope_bwd.launch(torch.empty(m, h * d, dtype=dt),
+                                         torch.empty(m, hk * d, dtype=dt), **kw)
+        yield name, launches
+
+
 def jobs(candidates: bool = False):
     """Distinct recorded launches as compile jobs: (name, kernel module, kernel name,
     signature, constexprs, options). ``candidates``: also every candidate config of the
@@ -208,28 +348,9 @@ def jobs(candidates: bool = False):
             mode, t = _tensors(spec, dtype, shape, extras)
             with mode, recording() as launches:
                 emit(variant, spec, t)
-            for la in launches:
-                fn = la.kernel
-                consts = {p.name: la.args[p.name] for p in fn.params if p.is_constexpr
-                          and p.name in la.args}
-                sig = {}
-                for p in fn.params:
-                    v = la.args.get(p.name)
-                    if p.is_constexpr or v is None or (isinstance(v, int) and not isinstance(
-                            v, bool) and v == 1):
-                        sig[p.name] = "constexpr"
-                        if not p.is_constexpr:
-                            consts[p.name] = v
-                    else:
-                        sig[p.name] = _arg_type(v, p.name, la.tma)
-                key = (fn.__name__, tuple(sorted(sig.items())), tuple(sorted(
-                    (k, repr(v)) for k, v in consts.items())), la.num_warps, la.num_stages)
-                if key not in seen:
-                    short = ", ".join(f"{k}={v}" for k, v in consts.items()
-                                      if k.isupper() and k not in ("D", "BLOCK_D"))
-                    seen[key] = (f"{fn.__name__} [{name}] {short} w{la.num_warps} "
-                                 f"s{la.num_stages}", fn.__module__, fn.__name__, sig, consts,
-                                 dict(num_warps=la.num_warps, num_stages=la.num_stages))
+            _add_launches(seen, name, launches)
+    for name, launches in _backward_launches(candidates):
+        _add_launches(seen, name, launches)
     return list(seen.values())
 
 
@@ -289,6 +410,8 @@ def main(argv=None) -> int:
     p.add_argument("--candidates", action="store_true",
                    help="every candidate config of each family, not only the planned ones")
     p.add_argument("--inspect", default="", help="print SASS statistics of matching jobs")
+    p.add_argument("--shared", action="store_true",
+                   help="print each compiled job's shared memory")
     a = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         print("unset TRITON_INTERPRET: the interpreter does not compile")
@@ -308,6 +431,8 @@ def main(argv=None) -> int:
     failed, too_big = [], []
     with concurrent.futures.ProcessPoolExecutor(a.jobs) as pool:
         for name, err, shared in pool.map(compile_one, todo):
+            if a.shared and not err:
+                print(f"{shared:7d} B  {name}")
             if err:
                 failed.append(f"FAILED {name}: {err}")
             elif shared > SMEM_PER_BLOCK:
