@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from .launch import cdiv, interpreting, launch as _launch, next_pow2, static_int
-from .qk_epilogue import NORM_CODES, ROPE_CODES, _rotated, _round, default_rows
+from .qk_epilogue import NORM_CODES, ROPE_CODES, rotated, round_to, default_rows, rope_partner
 
 GPU_PROGRAMS = 264          # per part: two per H200 SM
 
@@ -56,17 +56,9 @@ def _bwd_tile(g_ptr, x_ptr, w_ptr, n_rows, heads, S, tile, eps, cos_ptr, sin_ptr
             c = tl.load(cos_ptr + cso + cols[None, :] * cs_d, mask=m2, other=1.0).to(tl.float32)
             s_ = tl.load(sin_ptr + cso + cols[None, :] * cs_d, mask=m2, other=0.0).to(
                 tl.float32)
-            dy = g * c - _rotated(g * s_, ROWS, D, ROPE)
+            dy = g * c - rotated(g * s_, ROWS, D, ROPE)
         else:
-            HALF: tl.constexpr = R // 2
-            if ROPE == 1:
-                pcol = tl.where(cols < HALF, cols + HALF, cols - HALF)
-                sign = tl.where(cols < HALF, -1.0, 1.0)
-            else:
-                pcol = cols ^ 1
-                sign = tl.where((cols % 2) == 0, -1.0, 1.0)
-            in_rot = cols < R
-            pcol = tl.where(in_rot, pcol, cols)
+            pcol, sign, in_rot = rope_partner(cols, R, ROPE)
             rm = rmask[:, None] & in_rot[None, :]
             c = tl.load(cos_ptr + cso + cols[None, :] * cs_d, mask=rm, other=1.0).to(tl.float32)
             sp = tl.load(sin_ptr + cso + pcol[None, :] * cs_d, mask=rm, other=0.0).to(
@@ -84,7 +76,7 @@ def _bwd_tile(g_ptr, x_ptr, w_ptr, n_rows, heads, S, tile, eps, cos_ptr, sin_ptr
         n = x * r
         w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
         if NORM == 2:
-            dw = tl.sum(dy * _round(n, DT), axis=0)
+            dw = tl.sum(dy * round_to(n, DT), axis=0)
         else:
             dw = tl.sum(dy * n, axis=0)
         if NORM == 3:

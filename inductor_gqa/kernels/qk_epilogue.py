@@ -34,7 +34,7 @@ GUARDED_PROGRAMS = 128
 
 
 @triton.jit
-def _round(x, DT: tl.constexpr):
+def round_to(x, DT: tl.constexpr):
     # round an fp32 value to the activation dtype and back (no-op for fp32)
     return x.to(DT).to(tl.float32)
 
@@ -77,16 +77,16 @@ def _weighted_b(x, rs, w, DT: tl.constexpr, NORM: tl.constexpr):
     ``w`` broadcastable to x)."""
     x = x * rs
     if NORM == 1:
-        x = _round(x * w, DT)
+        x = round_to(x * w, DT)
     elif NORM == 2:
-        x = _round(_round(x, DT) * w, DT)
+        x = round_to(round_to(x, DT) * w, DT)
     else:
-        x = _round(x * (1.0 + w), DT)
+        x = round_to(x * (1.0 + w), DT)
     return x
 
 
 @triton.jit
-def _rotated(x, ROWS: tl.constexpr, D: tl.constexpr, ROPE: tl.constexpr):
+def rotated(x, ROWS: tl.constexpr, D: tl.constexpr, ROPE: tl.constexpr):
     """The RoPE partner with its sign, from registers: rotate_half gives (-x2, x1) of the
     halves, interleaved gives (-x[2i+1], x[2i]) per pair."""
     HALF: tl.constexpr = D // 2
@@ -97,6 +97,22 @@ def _rotated(x, ROWS: tl.constexpr, D: tl.constexpr, ROPE: tl.constexpr):
         xe, xo = tl.split(tl.reshape(x, (ROWS, HALF, 2)))
         r = tl.reshape(tl.join(-xo, xe), (ROWS, D))
     return r
+
+
+@triton.jit
+def rope_partner(cols, R: tl.constexpr, ROPE: tl.constexpr):
+    """Each column's RoPE partner column and sign (rotate-half: (-x2, x1); interleaved:
+    (-x[2i+1], x[2i])), and which columns rotate (the first R); columns past R are their own
+    partner."""
+    HALF: tl.constexpr = R // 2
+    if ROPE == 1:
+        pcol = tl.where(cols < HALF, cols + HALF, cols - HALF)
+        sign = tl.where(cols < HALF, -1.0, 1.0)
+    else:
+        pcol = cols ^ 1
+        sign = tl.where((cols % 2) == 0, -1.0, 1.0)
+    in_rot = cols < R
+    return tl.where(in_rot, pcol, cols), sign, in_rot
 
 
 @triton.jit
@@ -199,15 +215,7 @@ def _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps, cos_ptr, sin_ptr, cs_b,
     # two); loading it per column (a permuted gather) measured twice the launch's DRAM time
     REG_ROT: tl.constexpr = (ROPE != 0) & (R == D) & (BLOCK_D == D)
     if (ROPE != 0) & (not REG_ROT):
-        HALF: tl.constexpr = R // 2
-        if ROPE == 1:
-            pcol = tl.where(cols < HALF, cols + HALF, cols - HALF)
-            sign = tl.where(cols < HALF, -1.0, 1.0)
-        else:
-            pcol = cols ^ 1
-            sign = tl.where((cols % 2) == 0, -1.0, 1.0)
-        in_rot = cols < R
-        pcol = tl.where(in_rot, pcol, cols)
+        pcol, sign, in_rot = rope_partner(cols, R, ROPE)
         xp = _load_cols(base, pcol, m2 & in_rot[None, :], feat0, tok_inv, feat_inv_ptr, SCALED)
     if NORM != 0:
         ms = tl.sum(x * x, axis=1) / D
@@ -229,7 +237,7 @@ def _rows_tile(x_ptr, w_ptr, n_rows, heads, S, pid, eps, cos_ptr, sin_ptr, cs_b,
         c = tl.load(cos_ptr + cso, mask=rm, other=1.0).to(tl.float32)
         s_ = tl.load(sin_ptr + cso, mask=rm, other=0.0).to(tl.float32)
         if REG_ROT:
-            x = x * c + _rotated(x, ROWS, D, ROPE) * s_
+            x = x * c + rotated(x, ROWS, D, ROPE) * s_
         else:
             y = x * c + (sign[None, :] * xp) * s_
             x = tl.where(in_rot[None, :], y, x)
