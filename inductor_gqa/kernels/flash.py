@@ -72,7 +72,7 @@ FLT_MAX = tl.constexpr(_FLT_MAX)
 
 
 def log2_units(x: float) -> float:
-    """Host twin of ``_log2_units`` for the mask fill value."""
+    """Host twin of ``to_log2_units`` for the mask fill value."""
     if math.isinf(x) or math.isnan(x):
         return x
     return max(-_FLT_MAX, min(_FLT_MAX, x * LOG2E))
@@ -129,7 +129,7 @@ def _scores(s, offs_m, offs_n, m0, m_last, n0, S, qscale, mask_ptr, mrow_off, sm
         elif MASK_KIND == 2:
             s = tl.where(mv != 0, mask_fill, s)     # already in log2 units (host side)
         else:
-            s = s + _log2_units(mv.to(tl.float32))
+            s = s + to_log2_units(mv.to(tl.float32))
     if not EVEN_N:
         if (n0 + BN > S) | (n0 < 0):
             s = tl.where(valid_n[None, :], s, float("-inf"))
@@ -159,7 +159,7 @@ def _shifted(t, m, qscale, EXP_SCALE: tl.constexpr):
 
 
 @triton.jit
-def _log2_units(x):
+def to_log2_units(x):
     # x * log2(e), with finite values kept finite: a finfo.min mask must not overflow to -inf,
     # or a row it masks wholly would turn from eager's uniform row into NaN
     y = tl.minimum(tl.maximum(x * 1.4426950408889634, -FLT_MAX), FLT_MAX)

@@ -57,7 +57,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .flash import LOG2E, _log2_units, log2_units
+from .flash import LOG2E, to_log2_units, log2_units
 from .launch import cdiv, launch as _launch, next_pow2, static_int
 
 LN2 = 0.6931471805599453
@@ -155,7 +155,7 @@ def _logits(s, qi, kj, m0, m_last, n0, n_last, S, qscale, mask_ptr, mask_off, sm
             if GRAD_KEEP:
                 keep = keep & (mv == 0)
         else:
-            s = s + _log2_units(mv.to(tl.float32))
+            s = s + to_log2_units(mv.to(tl.float32))
     if KEY_BOUND:
         if n_last >= S:
             s = tl.where(kj < S, s, float("-inf"))
