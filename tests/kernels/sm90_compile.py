@@ -57,6 +57,17 @@ def _blocks():
     for s, b in ((128, 1), (1024, 4), (293, 4)):
         out.append((f"W092 {s}x{b}", BlockSpec(**w092), bf16, "high", (b, s, 4096),
                     dict(tables=True, bias=True)))
+    # sliding windows (Mistral), logit softcapping (Gemma 2), with a padding mask and without
+    for extra, mask in ((dict(window=256), "none"), (dict(window=128), "bool_keep"),
+                        (dict(softcap=50.0, core="explicit"), "none"),
+                        (dict(softcap=50.0, core="explicit", window=64, return_probs=True),
+                         "additive")):
+        fields = {**dict(num_heads=8, num_kv_heads=2, head_dim=128, core="sdpa",
+                         scale=128 ** -0.5, causal=True, rope="half", rotary_dim=128), **extra}
+        for dt in (bf16, f32):
+            out.append((f"window/softcap {extra} {mask} {dt}",
+                        BlockSpec(**fields, mask=mask), dt, "high", (2, 700, 1024),
+                        dict(tables=True, mask=mask)))
     # runtime floats (dynamic=True): eps and a divisor scale read from device scalars
     for dt, prec in ((f32, "high"), (bf16, "high")):
         out.append((f"runtime floats {dt}", BlockSpec(**{**w092, "scale": 0.0,
