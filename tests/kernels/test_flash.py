@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from attention_ref import attention
 
 from inductor_gqa.kernels import flash
 from inductor_gqa.kernels.launch import direct_launches
@@ -14,22 +15,7 @@ from inductor_gqa.plan.configs import AttentionConfig
 
 
 def reference(q, k, v, scale, causal, window, softcap):
-    """q [B, H, S, D], k/v [B, Hkv, S, D] -> (o, p) as eager computes them in float32."""
-    g = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(g, 1)
-    v = v.repeat_interleave(g, 1)
-    s = (q @ k.transpose(-1, -2)) * scale
-    if softcap:
-        s = torch.tanh(s / softcap) * softcap
-    n = q.shape[2]
-    i = torch.arange(n)[:, None]
-    j = torch.arange(n)[None, :]
-    if causal:
-        s = s.masked_fill(j > i, float("-inf"))
-    if window:
-        s = s.masked_fill(i - j >= window, float("-inf"))
-    p = torch.softmax(s, -1)
-    return p @ v, p
+    return attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap)
 
 
 def run(mode, q, k, v, scale, causal, window, softcap, cfg, stats_cfg=None):

@@ -12,6 +12,8 @@ import math
 import pytest
 import torch
 
+from attention_ref import attention
+
 from inductor_gqa.kernels import flash, flash_bwd
 from inductor_gqa.kernels.flash_bwd import BackwardConfig
 from inductor_gqa.kernels.launch import direct_launches
@@ -27,31 +29,9 @@ def reference(q, k, v, do, *, scale, causal=False, window=0, softcap=0.0, mask=N
     """Eager attention in float64 and its autograd gradients (dq, dk, dv): q [B, H, S, D], k/v
     [B, Hkv, S, D], do [B, H, S, D]; masks applied with masked_fill / add as eager code does."""
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
-    g = q.shape[1] // k.shape[1]
-    kr, vr = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-    s = q @ kr.transpose(-1, -2)
-    s = s / divisor if divisor is not None else s * scale
-    if softcap:
-        s = torch.tanh(s / softcap) * softcap
-    n = q.shape[2]
-    i = torch.arange(n)[:, None]
-    j = torch.arange(n)[None, :]
-    if causal:
-        s = s.masked_fill(j > i, float("-inf"))
-    if window:
-        s = s.masked_fill(i - j >= window, float("-inf"))
-    if mask_kind == "bool_fill":
-        s = s.masked_fill(mask, mask_fill)
-    elif mask_kind == "bool_keep":
-        s = s.masked_fill(~mask, float("-inf"))
-    elif mask_kind == "additive":
-        s = s + mask.double()
-    if empty_zero:      # SDPA's rule, with a finite softmax on the empty rows (zero gradients)
-        empty = (s == float("-inf")).all(-1, keepdim=True)
-        p = torch.softmax(s.masked_fill(empty, 0.0), -1).masked_fill(empty, 0.0)
-    else:
-        p = torch.softmax(s, -1)
-    o = p @ vr
+    o, p = attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap,
+                     mask=mask, mask_kind=mask_kind, mask_fill=mask_fill,
+                     empty_zero=empty_zero, divisor=divisor)
     loss = (o * do.double()).sum()
     if dprobs is not None:
         loss = loss + (p * dprobs.double()).sum()
