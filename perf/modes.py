@@ -62,9 +62,13 @@ print(json.dumps({"first_s": first, "plain_us": sorted(times)[5],
 def _parse_cases(spec: str) -> list[tuple[wl.Workload, int, int]]:
     out = []
     for tok in spec.split(","):
-        name, sb = tok.split(":")
-        s, b = (int(v) for v in sb.split("x"))
-        out.append((wl.WORKLOADS[name], s, b))
+        try:
+            name, sb = tok.split(":")
+            s, b = (int(v) for v in sb.split("x"))
+            out.append((wl.WORKLOADS[name], s, b))
+        except (KeyError, ValueError):
+            raise SystemExit(f"bad case {tok!r}: WORKLOAD:SxB with WORKLOAD one of "
+                             f"{sorted(wl.WORKLOADS)}, e.g. W075:131x1") from None
     return out
 
 
@@ -175,14 +179,15 @@ def main(argv=None) -> int:
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("perf.modes needs a CUDA GPU")
-        return 2
-    torch._inductor.config.fx_graph_cache = False     # a cache hit would leave the counters empty
     modes = [m for m in a.modes.split(",") if m]
     for m in modes:
         if m not in MODES:
             raise SystemExit(f"unknown mode {m!r} (choose from {MODES})")
+    cases = _parse_cases(a.cases)
+    if not torch.cuda.is_available():
+        print("perf.modes needs a CUDA GPU")
+        return 2
+    torch._inductor.config.fx_graph_cache = False     # a cache hit would leave the counters empty
     out = a.out or os.environ.get("OUT") or "."
     os.makedirs(out, exist_ok=True)
     rows: list = []
@@ -190,7 +195,7 @@ def main(argv=None) -> int:
                    "commit": os.environ.get("PERF_GIT_COMMIT")}, "rows": rows}
     with tempfile.TemporaryDirectory() as workdir:
         for m in modes:
-            for w, s, b in _parse_cases(a.cases):
+            for w, s, b in cases:
                 rows.append(run_one(w, s, b, m, workdir))
                 with open(os.path.join(out, "modes.json"), "w") as f:   # kept if cut short
                     json.dump(doc, f, indent=1)
