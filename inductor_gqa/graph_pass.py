@@ -26,6 +26,7 @@ from .find.canonical import canonicalize
 from .find.graph import Reject
 from .find.rewrite import rewrite
 from .lower import expand
+from .op.attention_block import TENSOR_ARGS, spec_of_call
 from .options import Options
 from .patterns.attention_core import anchors
 from .plan import tune
@@ -56,9 +57,14 @@ class AttentionBlockPass(CustomGraphPass):
     ``chain`` is a pass that was configured before ours; it runs after ours, and our uuid covers it.
     """
 
-    def __init__(self, options: Optional[Options] = None, chain=None):
+    def __init__(self, options: Optional[Options] = None, chain=None,
+                 before_autograd: bool = False):
         self.options = options or Options()
         self.chain = chain          # None, a pass, or a list/tuple of passes (newer Inductor)
+        # the backend already fused this compilation's blocks before AOTAutograd (a graph with
+        # inputs that require grad, find/before_autograd.py): in the joint graph, only lower
+        # those op nodes; the backward's recomputed attention is not a block to report
+        self.before_autograd = before_autograd
 
     def _chained(self) -> tuple:
         if self.chain is None:
@@ -66,7 +72,10 @@ class AttentionBlockPass(CustomGraphPass):
         return tuple(self.chain) if isinstance(self.chain, (list, tuple)) else (self.chain,)
 
     def __call__(self, graph: Graph) -> None:
-        run(graph, self.options)
+        if self.before_autograd and _requires_grad(graph):
+            lower_fused_calls(graph, self.options)
+        else:
+            run(graph, self.options)
         for p in self._chained():
             p(graph)
 
@@ -82,15 +91,18 @@ class AttentionBlockPass(CustomGraphPass):
             chained.append(u)
         # the float32 matmul precision decides plans (TF32 or not), so it keys the cache too
         return ("inductor_gqa", _SOURCE_HASH, repr(dataclasses.astuple(self.options)),
-                torch.__version__, torch.get_float32_matmul_precision(), tuple(chained))
+                self.before_autograd, torch.__version__, torch.get_float32_matmul_precision(),
+                tuple(chained))
 
 
 def _requires_grad(graph: Graph) -> bool:
     return any(n.op == "placeholder" and str(n.target).startswith("tangents") for n in graph.nodes)
 
 
-def run(graph: Graph, options: Options) -> int:
-    """Rewrite every attention block in ``graph``; returns how many were fused."""
+def run(graph: Graph, options: Options, lower: bool = True) -> int:
+    """Rewrite every attention block in ``graph``; returns how many were fused. ``lower=False``
+    (a graph before autograd): blocks become op calls, planned but not lowered, so that autograd
+    sees one differentiable op; the joint graph's pass lowers them (``lower_fused_calls``)."""
     found = anchors(graph)
     if not found:
         return 0
@@ -98,7 +110,8 @@ def run(graph: Graph, options: Options) -> int:
     if _requires_grad(graph):
         for a in found:
             rep.seen(a)
-            rep.rejected(a, "inputs require grad", "the fused op has no backward yet")
+            rep.rejected(a, "inputs require grad", "call under torch.no_grad(), or opt in with "
+                         "Options(fuse_with_grad=True) (static shapes)")
         rep.summary()
         return 0
     canonicalize(graph)
@@ -123,7 +136,7 @@ def run(graph: Graph, options: Options) -> int:
                 rep.rejected(anchor, "no kernel plan", u.reason)
                 continue
         call = rewrite(graph, match)
-        if plan is not None:
+        if plan is not None and lower:
             expand(graph, call, plan, match.spec)
         graph.eliminate_dead_code()
         alive = set(graph.nodes)
@@ -137,6 +150,29 @@ def run(graph: Graph, options: Options) -> int:
             del n.meta[key]
     rep.summary()
     return fused
+
+
+def lower_fused_calls(graph: Graph, options: Options) -> int:
+    """Lower the op calls already in ``graph`` (put there before autograd) to their kernel plans;
+    on the CPU, without ``cpu_kernels``, they stay and run the reference. Returns how many."""
+    op = torch.ops.inductor_gqa.attention_block.default
+    lowered = 0
+    for call in list(graph.find_nodes(op="call_function", target=op)):
+        spec = spec_of_call(call)
+        values = {name: (a.meta["val"] if isinstance(a, torch.fx.Node) else a)
+                  for name, a in zip(TENSOR_ARGS, call.args)}
+        if values["x"].device.type == "cpu" and not options.cpu_kernels:
+            continue
+        try:
+            plan = plan_for(spec, values, options)
+        except Unsupported:
+            continue        # planned before autograd; a shape the tables refuse runs the reference
+        expand(graph, call, plan, spec)
+        lowered += 1
+    if lowered:
+        graph.eliminate_dead_code()
+        graph.lint()
+    return lowered
 
 
 def plan_for(spec, values: dict, options):

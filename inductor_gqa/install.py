@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 from torch._inductor import config as inductor_config
 
+from .find.before_autograd import fuse_before_autograd
 from .graph_pass import AttentionBlockPass
 from .options import Options, as_options
 
@@ -60,5 +61,8 @@ def inductor_gqa_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
         raise TypeError(f"inductor_gqa backend: unexpected arguments {sorted(kwargs)}; it takes "
                         "mode= (as stock Inductor) or options= (inductor_gqa.Options)")
     patches = dict(list_mode_options(mode)) if mode else {}
-    patches["joint_custom_pre_pass"] = AttentionBlockPass(options, chain=_prior_pass())
-    return compile_fx(gm, example_inputs, config_patches=patches)
+    fused = fuse_before_autograd(gm, example_inputs, options or Options())
+    patches["joint_custom_pre_pass"] = AttentionBlockPass(
+        options, chain=_prior_pass(), before_autograd=fused is not None)
+    return compile_fx(fused if fused is not None else gm, example_inputs,
+                      config_patches=patches)

@@ -31,6 +31,12 @@ class Options:
     # (TRITON_INTERPRET=1): how the CPU tests run the GPU path. Off: CPU blocks run the PyTorch
     # reference inside the fused op.
     cpu_kernels: bool = False
+    # Graphs whose inputs require grad (training, or a forward without torch.no_grad()): fuse
+    # their blocks before AOTAutograd, so that autograd differentiates the fused op (its backward
+    # recomputes the block from the saved inputs). Static shapes only. Off by default until its
+    # training-step time has been measured against stock on a GPU: the recomputation may cost
+    # more than the forward saves.
+    fuse_with_grad: bool = False
 
 
 def as_options(value) -> "Options | None":

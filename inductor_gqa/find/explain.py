@@ -21,22 +21,41 @@ from . import report
 
 def light_backend(options=None):
     """A torch.compile backend: AOTAutograd with Inductor's decompositions, our pass on the
-    forward graph, then eager execution of the rewritten graph."""
+    forward graph, then eager execution of the rewritten graph. Inputs that require grad: the
+    blocks are fused before AOTAutograd as by the real backend (find/before_autograd.py), and
+    the backward graph runs as traced."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._inductor.decomposition import select_decomp_table
 
-    from ..graph_pass import run
+    from ..graph_pass import lower_fused_calls, run
     from ..options import Options, as_options
+    from .before_autograd import fuse_before_autograd
 
     opts = as_options(options) or Options()
 
-    def compile_graph(gm: torch.fx.GraphModule, example_inputs):
+    def compile_inference(gm: torch.fx.GraphModule, example_inputs):
         if run(gm.graph, opts):
             gm.recompile()
         return gm
 
-    return aot_autograd(fw_compiler=compile_graph, inference_compiler=compile_graph,
-                        decompositions=select_decomp_table())
+    def compile_forward(gm: torch.fx.GraphModule, example_inputs):
+        # a training forward: only blocks fused before autograd (its backward is built from
+        # the fused op), as in the real backend's joint graph
+        if lower_fused_calls(gm.graph, opts):
+            gm.recompile()
+        return gm
+
+    def as_traced(gm: torch.fx.GraphModule, example_inputs):
+        return gm
+
+    aot = aot_autograd(fw_compiler=compile_forward, bw_compiler=as_traced,
+                       inference_compiler=compile_inference, decompositions=select_decomp_table())
+
+    def backend(gm: torch.fx.GraphModule, example_inputs):
+        fused = fuse_before_autograd(gm, example_inputs, opts)
+        return aot(fused if fused is not None else gm, example_inputs)
+
+    return backend
 
 
 @dataclasses.dataclass

@@ -113,6 +113,11 @@ def _backward(ctx, grad_out, grad_probs):
 attention_block.register_autograd(_backward, setup_context=_setup_context)
 
 
+def spec_of_call(node) -> BlockSpec:
+    """The BlockSpec of an FX node calling the op (its scalar arguments, positional)."""
+    return BlockSpec(**dict(zip(_SCALAR_ARGS, node.args[len(TENSOR_ARGS):])))
+
+
 def call_attention_block(spec: BlockSpec, **tensors):
     """Eager convenience: run the op from a BlockSpec and named tensors (missing ones are None)."""
     unknown = set(tensors) - set(_TENSOR_ARGS)

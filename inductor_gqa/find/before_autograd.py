@@ -1,0 +1,83 @@
+"""Blocks in graphs whose inputs require grad: fused before AOTAutograd builds the backward.
+
+A training step, or a forward without ``torch.no_grad()``, reaches Inductor's joint-graph pass
+with the backward already derived from the block's separate ops. So the backend traces Dynamo's
+graph to ATen first (fake tensors, Inductor's decompositions: the same forms the joint-graph
+pass reads) and rewrites each block into one ``inductor_gqa::attention_block`` call, planned but
+not lowered. AOTAutograd then differentiates that call with the op's own formula (the forward
+saves its inputs only; the backward recomputes the block, op/attention_block.py), and the
+joint-graph pass lowers the call to its kernels (``graph_pass.lower_fused_calls``).
+
+Opt-in (``Options(fuse_with_grad=True)``) until measured on a GPU. Static shapes only for now:
+the retrace would bake symbolic sizes into constants.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import torch
+from torch.fx import GraphModule
+
+log = logging.getLogger("inductor_gqa")
+
+# Dynamo-level call targets that can start a block (its softmax or SDPA); a graph without one
+# is handed to Inductor untouched, at no cost.
+_ANCHOR_NAMES = ("softmax", "scaled_dot_product_attention")
+
+
+def wants_grad(example_inputs) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+
+
+def _may_hold_a_block(gm: GraphModule) -> bool:
+    for n in gm.graph.nodes:
+        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+        if n.op in ("call_function", "call_method") and any(a in str(name)
+                                                             for a in _ANCHOR_NAMES):
+            return True
+    return False
+
+
+def _symbolic(gm: GraphModule) -> bool:
+    for n in gm.graph.find_nodes(op="placeholder"):
+        v = n.meta.get("example_value", n.meta.get("val"))
+        if isinstance(v, torch.SymInt) or (
+                isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape)):
+            return True
+    return False
+
+
+def fuse_before_autograd(gm: GraphModule, example_inputs, options) -> Optional[GraphModule]:
+    """The graph traced to ATen with its blocks fused, or None to compile ``gm`` as it is."""
+    if not options.fuse_with_grad or not wants_grad(example_inputs) or not _may_hold_a_block(gm):
+        return None
+    if _symbolic(gm):
+        log.info("inductor_gqa: inputs require grad and shapes are dynamic: blocks left to "
+                 "stock Inductor (fusing with gradients needs static shapes for now)")
+        return None
+    ctx = torch._guards.TracingContext.try_get()
+    if ctx is None or ctx.fake_mode is None:
+        return None
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ..graph_pass import run
+
+    fake_mode = ctx.fake_mode       # the mode AOTAutograd will trace in
+    fakes = [fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) else t
+             for t in example_inputs]
+    def interpret(*args):
+        # run node by node so that each traced node keeps its source node's metadata
+        # (nn_module_stack: the module path the reports name), as AOTAutograd does
+        return torch.fx.Interpreter(gm).run(*args)
+
+    with fake_mode, torch.fx.traceback.preserve_node_meta():
+        traced = make_fx(interpret, decomposition_table=select_decomp_table(),
+                         tracing_mode="real", _allow_non_fake_inputs=True)(*fakes)
+    if run(traced.graph, options, lower=False) == 0:
+        return None
+    traced.recompile()
+    return traced
