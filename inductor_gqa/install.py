@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 from torch._inductor import config as inductor_config
 
-from .find.before_autograd import fuse_before_autograd
+from .find import before_autograd
 from .graph_pass import AttentionBlockPass
 from .options import Options, as_options
 
@@ -61,8 +61,10 @@ def inductor_gqa_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
         raise TypeError(f"inductor_gqa backend: unexpected arguments {sorted(kwargs)}; it takes "
                         "mode= (as stock Inductor) or options= (inductor_gqa.Options)")
     patches = dict(list_mode_options(mode)) if mode else {}
-    fused = fuse_before_autograd(gm, example_inputs, options or Options())
-    patches["joint_custom_pre_pass"] = AttentionBlockPass(
-        options, chain=_prior_pass(), before_autograd=fused is not None)
+    opts = options or Options()
+    early = before_autograd.applies(gm, example_inputs, opts)
+    fused = before_autograd.fuse_before_autograd(gm, example_inputs, opts) if early else None
+    patches["joint_custom_pre_pass"] = AttentionBlockPass(options, chain=_prior_pass(),
+                                                          before_autograd=early)
     return compile_fx(fused if fused is not None else gm, example_inputs,
                       config_patches=patches)

@@ -134,3 +134,19 @@ def test_kernels_forward_and_recomputed_backward(monkeypatch):
     assert counters["inductor_gqa"]["blocks_fused"] == 1
     assert len(lowered) == 1 and any(n.target is KERNEL_NODE for n in lowered[0].nodes)
     _assert_grads_equal(ours, ref, rtol=1e-4)
+
+
+def test_block_left_unfused_with_grad_is_reported_once():
+    """Opted in, a block the recognizers refuse is reported with its own reason, before autograd,
+    and not again by the joint-graph pass."""
+    from variants import REJECTED, build as build_variant
+
+    v, reason = next((v, r) for v, r in REJECTED if v.name == "head_dim_24")
+    fn, inp = build_variant(v)
+    inp["wq"].requires_grad_(True)
+    out = torch.compile(fn, backend="inductor_gqa", options={"fuse_with_grad": True})(**inp)
+    out.sum().backward()
+    c = counters["inductor_gqa"]
+    assert c["blocks_seen"] == 1 and c["blocks_fused"] == 0
+    assert c[f"rejected: {reason}"] == 1 and c["rejected: inputs require grad"] == 0
+    assert inp["wq"].grad is not None

@@ -50,17 +50,23 @@ def _symbolic(gm: GraphModule) -> bool:
     return False
 
 
-def fuse_before_autograd(gm: GraphModule, example_inputs, options) -> Optional[GraphModule]:
-    """The graph traced to ATen with its blocks fused, or None to compile ``gm`` as it is."""
+def applies(gm: GraphModule, example_inputs, options) -> bool:
+    """Whether this compilation's blocks are looked for before autograd (then the joint-graph
+    pass only lowers what was fused here, and reports nothing twice)."""
     if not options.fuse_with_grad or not wants_grad(example_inputs) or not _may_hold_a_block(gm):
-        return None
+        return False
     if _symbolic(gm):
         log.info("inductor_gqa: inputs require grad and shapes are dynamic: blocks left to "
                  "stock Inductor (fusing with gradients needs static shapes for now)")
-        return None
+        return False
     ctx = torch._guards.TracingContext.try_get()
-    if ctx is None or ctx.fake_mode is None:
-        return None
+    return ctx is not None and ctx.fake_mode is not None
+
+
+def fuse_before_autograd(gm: GraphModule, example_inputs, options) -> Optional[GraphModule]:
+    """The graph traced to ATen with its blocks fused, or None to compile ``gm`` as it is (no
+    block fused). Call where ``applies``."""
+    ctx = torch._guards.TracingContext.try_get()
     from torch._inductor.decomposition import select_decomp_table
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -69,6 +75,7 @@ def fuse_before_autograd(gm: GraphModule, example_inputs, options) -> Optional[G
     fake_mode = ctx.fake_mode       # the mode AOTAutograd will trace in
     fakes = [fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) else t
              for t in example_inputs]
+
     def interpret(*args):
         # run node by node so that each traced node keeps its source node's metadata
         # (nn_module_stack: the module path the reports name), as AOTAutograd does

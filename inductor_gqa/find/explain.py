@@ -29,7 +29,7 @@ def light_backend(options=None):
 
     from ..graph_pass import lower_fused_calls, run
     from ..options import Options, as_options
-    from .before_autograd import fuse_before_autograd
+    from . import before_autograd
 
     opts = as_options(options) or Options()
 
@@ -52,7 +52,8 @@ def light_backend(options=None):
                        inference_compiler=compile_inference, decompositions=select_decomp_table())
 
     def backend(gm: torch.fx.GraphModule, example_inputs):
-        fused = fuse_before_autograd(gm, example_inputs, opts)
+        fused = (before_autograd.fuse_before_autograd(gm, example_inputs, opts)
+                 if before_autograd.applies(gm, example_inputs, opts) else None)
         return aot(fused if fused is not None else gm, example_inputs)
 
     return backend
