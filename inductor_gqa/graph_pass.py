@@ -26,7 +26,7 @@ from .find.canonical import canonicalize
 from .find.graph import Reject
 from .find.rewrite import rewrite
 from .lower import expand
-from .op.attention_block import TENSOR_ARGS, spec_of_call
+from .op.attention_block import TENSOR_ARGS, spec_of_args
 from .options import Options
 from .patterns.attention_core import anchors
 from .plan import tune
@@ -95,6 +95,12 @@ class AttentionBlockPass(CustomGraphPass):
                 tuple(chained))
 
 
+def _has_kernels(x, options: Options) -> bool:
+    """Whether a block on x's device is lowered to kernels (on the CPU only in the interpreter
+    tests, ``cpu_kernels``); otherwise the op stays and runs its reference."""
+    return x.device.type != "cpu" or options.cpu_kernels
+
+
 def _requires_grad(graph: Graph) -> bool:
     return any(n.op == "placeholder" and str(n.target).startswith("tangents") for n in graph.nodes)
 
@@ -129,7 +135,7 @@ def run(graph: Graph, options: Options, lower: bool = True) -> int:
             continue
         values = match_values(match)
         plan = None
-        if values["x"].device.type != "cpu" or options.cpu_kernels:
+        if _has_kernels(values["x"], options):
             try:
                 plan = plan_for(match.spec, values, options)
             except Unsupported as u:
@@ -158,10 +164,10 @@ def lower_fused_calls(graph: Graph, options: Options) -> int:
     op = torch.ops.inductor_gqa.attention_block.default
     lowered = 0
     for call in list(graph.find_nodes(op="call_function", target=op)):
-        spec = spec_of_call(call)
+        spec = spec_of_args(call.args)
         values = {name: (a.meta["val"] if isinstance(a, torch.fx.Node) else a)
                   for name, a in zip(TENSOR_ARGS, call.args)}
-        if values["x"].device.type == "cpu" and not options.cpu_kernels:
+        if not _has_kernels(values["x"], options):
             continue
         try:
             plan = plan_for(spec, values, options)

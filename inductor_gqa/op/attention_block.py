@@ -79,10 +79,14 @@ _SCALAR_ARGS = tuple(a.name for a in torch.ops.inductor_gqa.attention_block.defa
                      .arguments[len(TENSOR_ARGS):])
 
 
+def spec_of_args(args) -> BlockSpec:
+    """The BlockSpec of the op's full positional argument list (tensors, then its fields)."""
+    return BlockSpec(**dict(zip(_SCALAR_ARGS, args[len(TENSOR_ARGS):])))
+
+
 def _setup_context(ctx, inputs, output):
-    n = len(TENSOR_ARGS)
-    ctx.save_for_backward(*inputs[:n])
-    ctx.scalars = dict(zip(_SCALAR_ARGS, inputs[n:]))
+    ctx.save_for_backward(*inputs[:len(TENSOR_ARGS)])
+    ctx.spec = spec_of_args(inputs)
 
 
 def _backward(ctx, grad_out, grad_probs):
@@ -90,7 +94,7 @@ def _backward(ctx, grad_out, grad_probs):
     its inputs only (no activations), and the backward is the eager block's own backward, which
     Inductor compiles like any other (the GPU backward kernels are not wired to it yet)."""
     saved = ctx.saved_tensors
-    spec = BlockSpec(**ctx.scalars)
+    spec = ctx.spec
     want = [i for i, t in enumerate(saved)
             if t is not None and ctx.needs_input_grad[i] and t.dtype.is_floating_point]
     grads: list = [None] * (len(saved) + len(_SCALAR_ARGS))
@@ -111,11 +115,6 @@ def _backward(ctx, grad_out, grad_probs):
 
 
 attention_block.register_autograd(_backward, setup_context=_setup_context)
-
-
-def spec_of_call(node) -> BlockSpec:
-    """The BlockSpec of an FX node calling the op (its scalar arguments, positional)."""
-    return BlockSpec(**dict(zip(_SCALAR_ARGS, node.args[len(TENSOR_ARGS):])))
 
 
 def call_attention_block(spec: BlockSpec, **tensors):
