@@ -4,7 +4,8 @@
   output (strided [B, S, heads, D] views); programs of query heads that share a KV head are
   adjacent in launch order, so its K/V tiles are served from L2. repeat_kv is never formed.
 * MODE 0: one pass, online softmax (no probabilities). EMPTY_ZERO: a wholly masked row gives
-  zeros (SDPA's rule) instead of 0 / 0 (an explicit softmax's NaN).
+  zeros (SDPA's rule) instead of 0 / 0 (an explicit softmax's NaN). STORE_ML: it also stores
+  its final row statistics in MODE 1's layout (training: flash_bwd.py reads them).
   MODE 1 + MODE 2: the probabilities path. Pass 1 stores per-row max and sum of exp (base 2);
   pass 2 recomputes the scores, writes the normalized probabilities exactly once and accumulates
   P @ V. No other S x S tensor exists.
@@ -194,7 +195,8 @@ def gqa_attention_kernel(
         ALIGN4: tl.constexpr = False, PERSIST: tl.constexpr = False, N_BH=1,
         ROW4: tl.constexpr = False, EMPTY_ZERO: tl.constexpr = False,
         FILL_INF: tl.constexpr = 0, WINDOW: tl.constexpr = False,
-        SOFTCAP: tl.constexpr = False, RT=None, RT_SCALE: tl.constexpr = 0):
+        SOFTCAP: tl.constexpr = False, RT=None, RT_SCALE: tl.constexpr = 0,
+        STORE_ML: tl.constexpr = False):
     # float arguments arrive as fp64 from Inductor's launcher, as fp32 from Triton's
     qscale = tl.cast(qscale, tl.float32)
     if RT_SCALE != 0:   # a runtime scale (dynamic=True keeps float arguments as values): RT[0]
@@ -247,7 +249,8 @@ def gqa_attention_kernel(
                             so_s, so_h, sp_b, sp_h, sp_s, sm_b, sm_h, sm_q, sm_k, H, G, S,
                             qscale, mask_fill, window, softcap, D, BLOCK_D, BLOCK_M, BLOCK_N,
                             CAUSAL, MASK_KIND, pass_mode, PREC, UPCAST, V_KMAJOR, PIPELINE,
-                            GUARD, GP, FOLD, EVEN_N, ALIGN4, EMPTY_ZERO, WINDOW, SOFTCAP)
+                            GUARD, GP, FOLD, EVEN_N, ALIGN4, EMPTY_ZERO, WINDOW, SOFTCAP,
+                            STORE_ML)
             if MODE == 4:
                 tl.debug_barrier()
 
@@ -263,7 +266,7 @@ def _attention_tile(
         UPCAST: tl.constexpr, V_KMAJOR: tl.constexpr, PIPELINE: tl.constexpr,
         GUARD: tl.constexpr, GP: tl.constexpr, FOLD: tl.constexpr, EVEN_N: tl.constexpr,
         ALIGN4: tl.constexpr, EMPTY_ZERO: tl.constexpr, WINDOW: tl.constexpr,
-        SOFTCAP: tl.constexpr):
+        SOFTCAP: tl.constexpr, STORE_ML: tl.constexpr):
     # MR query positions per program; with GP > 1 its BLOCK_M rows are GP query heads of one KV
     # head (head-major blocks of MR rows), so each K/V tile it loads serves all of them
     MR: tl.constexpr = BLOCK_M // GP
@@ -421,10 +424,11 @@ def _attention_tile(
                                   input_precision=PREC)
                 else:
                     acc += tl.dot(p.to(V.dtype.element_ty), v, input_precision=PREC)
-    if MODE == 1:
+    if MODE == 1 or (MODE == 0 and STORE_ML):
+        # the row statistics (MODE 0: the backward's, flash_bwd.py, in MODE 1's layout)
         tl.store(ML + ml_off * 2, m_i, mask=m_ok)
         tl.store(ML + ml_off * 2 + 1, l_i, mask=m_ok)
-    else:
+    if MODE != 1:
         if MODE == 2:
             # causal tiles above the diagonal and tiles before the window: zeros, written once,
             # nothing computed
@@ -486,7 +490,7 @@ def row4(probs_row_stride, seq) -> bool:
 def launch(q, k, v, o=None, *, batch, seq, num_heads, groups, head_dim, scale, causal, mode, prec,
            cfg, probs=None, ml=None, mask=None, mask_kind=0, mask_fill=float("-inf"),
            flag=None, guard=0, v_kmajor=False, upcast=False, empty_zero=False, window=0,
-           softcap=0.0, runtime=None, scale_div=False):
+           softcap=0.0, runtime=None, scale_div=False, store_ml=False):
     """One attention launch; returns the new values of the tensors it writes, in the order
     (o, probs, ml, flag) restricted to those this MODE writes.
 
@@ -496,7 +500,8 @@ def launch(q, k, v, o=None, *, batch, seq, num_heads, groups, head_dim, scale, c
     [B*H*S*2] float32 (the row statistics of MODE 1, read by MODE 2); mask broadcast to
     [B, H, S, S]; ``cfg``: an ``AttentionConfig`` (plan/configs.py). ``runtime``: a float32
     device tensor whose element 0 is the scale (a runtime value; ``scale`` is then unused), a
-    divisor when ``scale_div``."""
+    divisor when ``scale_div``. ``store_ml`` (MODE 0): also write the row statistics into ``ml``
+    as MODE 1 does, for the backward (flash_bwd.py)."""
     gp, block_m, block_n = cfg.gp, cfg.block_m, cfg.block_n
     if gp < 1 or groups % gp or block_m % gp:
         raise ValueError(f"flash.launch: {gp} query heads per program must divide the group "
@@ -519,7 +524,7 @@ def launch(q, k, v, o=None, *, batch, seq, num_heads, groups, head_dim, scale, c
         grid = (GUARDED_PROGRAMS, 1)
     writes_o = mode != 1
     writes_p = mode in (2, 3, 4)
-    writes_ml = mode in (1, 4)
+    writes_ml = mode in (1, 4) or (mode == 0 and bool(store_ml))
     writes_flag = guard == 1 and writes_o and o.dtype == torch.float16
     if (writes_o and o is None) or (writes_p and probs is None) or (
             (writes_ml or mode == 2) and ml is None):
@@ -553,4 +558,5 @@ def launch(q, k, v, o=None, *, batch, seq, num_heads, groups, head_dim, scale, c
         ROW4=probs is not None and mode != 1 and row4(sp[2], seq),
         EMPTY_ZERO=bool(empty_zero), WINDOW=window > 0, SOFTCAP=softcap > 0,
         RT=runtime if runtime is not None else dummy,
-        RT_SCALE=0 if runtime is None else (2 if scale_div else 1))
+        RT_SCALE=0 if runtime is None else (2 if scale_div else 1),
+        STORE_ML=mode == 0 and bool(store_ml))

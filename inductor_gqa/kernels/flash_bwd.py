@@ -5,8 +5,7 @@ What the forward must keep (per block, besides its inputs q, k, v, mask):
   * the row statistics: either flash.py's ``ml`` (MODE 1's per-row max and sum of exp2, base 2,
     [B*H*S*2] float32; the probabilities path writes it already) or the base-2 log-sum-exp
     ``lse`` [B*H*S] float32 (max + log2(sum), of the scaled scores in log2 units). MODE 0 (the
-    online path, no probabilities) writes neither today: for training it needs a switch that
-    stores its final (m, l) in MODE 1's layout. ``ml`` is the exact form: with a mask tensor a
+    online path, no probabilities) writes ``ml`` with its STORE_ML switch. ``ml`` is the exact form: with a mask tensor a
     row's max can be a huge finite fill (-1e9, finfo.min) beside which log2(sum) vanishes in
     m + log2(sum), and the kernels then take exp2((t - m) - log2(sum)) (TWO_STATS); ``lse``
     is exact only without such rows;

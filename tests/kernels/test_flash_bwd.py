@@ -1,6 +1,7 @@
 """flash_bwd.py's gradients against torch.autograd on an eager float64 reference of the same
 attention (CPU, Triton interpreter). The forward statistics and output come from flash.py itself
-(MODE 1's ``ml`` and MODE 0's or MODE 2's output), so the contract between the two is tested too:
+(MODE 1's ``ml``, or MODE 0's own with STORE_ML, checked equal to MODE 1's; the output of
+MODE 0 or MODE 2), so the contract between the two is tested too:
 GQA ratios 1/2/4, ragged S, causal, sliding windows, softcapping, every mask kind with wholly
 masked rows (SDPA: zeros; explicit: eager's NaN pattern), a gradient into the returned
 probabilities, 16-bit operands, the fused dqkv buffer."""
@@ -51,7 +52,7 @@ def heads(t, b, s, n, d):
 
 def run(q, k, v, do, *, scale, causal=False, window=0, softcap=0.0, mask=None, mask_kind="none",
         mask_fill=float("-inf"), empty_zero=False, dprobs=None, probs_mode=False, fused=False,
-        prec="ieee", cfg=CFG, v_kmajor=False):
+        prec="ieee", cfg=CFG, v_kmajor=False, online_ml=False):
     """Forward with flash.py (ml from MODE 1; o from MODE 0, or MODE 2 with probabilities),
     then flash_bwd.launch; returns (dq, dk, dv) as [B, heads, S, D] float32."""
     b, h, s, d = q.shape
@@ -82,6 +83,12 @@ def run(q, k, v, do, *, scale, causal=False, window=0, softcap=0.0, mask=None, m
             probs = torch.empty((b, h, s, s), dtype=dt)
             o, probs = flash.launch(view(qr), view(kr), vv, o, mode=2, cfg=FWD, probs=probs,
                                     ml=ml, v_kmajor=v_kmajor, **common)
+        elif online_ml:     # the training forward: MODE 0 stores the statistics itself
+            ml1 = ml
+            o, ml = flash.launch(view(qr), view(kr), vv, o, mode=0, cfg=FWD,
+                                 ml=torch.empty_like(ml), v_kmajor=v_kmajor, store_ml=True,
+                                 **common)
+            torch.testing.assert_close(ml, ml1, rtol=1e-6, atol=0, equal_nan=True)
         else:
             (o,) = flash.launch(view(qr), view(kr), vv, o, mode=0, cfg=FWD, v_kmajor=v_kmajor,
                                 **common)
@@ -128,7 +135,7 @@ def test_gqa_causal_window(hk, causal, window, s):
 def test_softcap(softcap, causal):
     q, k, v, do = inputs(2, 4, 2, 29, 16, seed=5)
     kw = dict(scale=0.7, causal=causal, softcap=softcap)
-    check(run(q, k, v, do, **kw), reference(q, k, v, do, **kw), 2e-5, 1e-4)
+    check(run(q, k, v, do, online_ml=True, **kw), reference(q, k, v, do, **kw), 2e-5, 1e-4)
 
 
 def test_head_dim_padding_and_div_scale():
@@ -167,7 +174,7 @@ def test_masks_with_empty_rows(kind, empty_zero, causal):
     q, k, v, do = inputs(b, h, hk, s, d, seed=3)
     m = _mask(kind, b, s, 4, empty_rows=(3, 30))
     kw = dict(scale=0.5, causal=causal, mask=m, mask_kind=kind, empty_zero=empty_zero)
-    got, want = run(q, k, v, do, **kw), reference(q, k, v, do, **kw)
+    got, want = run(q, k, v, do, online_ml=True, **kw), reference(q, k, v, do, **kw)
     if not empty_zero:
         assert want[2].isnan().all()            # the pattern the kernels must reproduce
     check(got, want, 2e-5, 1e-4)
@@ -214,7 +221,7 @@ def test_16bit(dtype):
     q, k, v, do = inputs(1, 4, 2, 40, 32, seed=11, dtype=dtype)
     m = _mask("additive", 1, 40, 2)
     kw = dict(scale=32 ** -0.5, causal=True, window=20, mask=m.to(dtype), mask_kind="additive")
-    got = run(q, k, v, do, **kw)
+    got = run(q, k, v, do, online_ml=True, **kw)
     want = reference(q, k, v, do, **kw)
     check(got, want, 3e-2, 3e-2)
 
