@@ -26,11 +26,14 @@ from .find.canonical import canonicalize
 from .find.graph import Reject
 from .find.rewrite import rewrite
 from .lower import expand
-from .op.attention_block import TENSOR_ARGS, spec_of_args
+from .lower.emit import emit_core, emit_core_backward
+from .lower.splice import replace_call
+from .op.attention_core import (BWD_TENSORS, FWD_TENSORS, N_BWD_TENSORS, N_FWD_TENSORS,
+                                spec_of_core_args)
 from .options import Options
 from .patterns.attention_core import anchors
 from .plan import tune
-from .plan.plans import Problem, Unsupported, choose
+from .plan.plans import Problem, Unsupported, choose, choose_core
 
 _PACKAGE = pathlib.Path(__file__).parent
 _PATTERNS = pathlib.Path(patterns.__file__).parent
@@ -63,7 +66,7 @@ class AttentionBlockPass(CustomGraphPass):
         self.chain = chain          # None, a pass, or a list/tuple of passes (newer Inductor)
         # the backend already fused this compilation's blocks before AOTAutograd (a graph with
         # inputs that require grad, find/before_autograd.py): in the joint graph, only lower
-        # those op nodes; the backward's recomputed attention is not a block to report
+        # the core calls put there and their backward calls
         self.before_autograd = before_autograd
 
     def _chained(self) -> tuple:
@@ -107,8 +110,8 @@ def _requires_grad(graph: Graph) -> bool:
 
 def run(graph: Graph, options: Options, lower: bool = True) -> int:
     """Rewrite every attention block in ``graph``; returns how many were fused. ``lower=False``
-    (a graph before autograd): blocks become op calls, planned but not lowered, so that autograd
-    sees one differentiable op; the joint graph's pass lowers them (``lower_fused_calls``)."""
+    (a graph before autograd): blocks become op calls, planned but not lowered, which
+    lower/training.py then writes in their training form."""
     found = anchors(graph)
     if not found:
         return 0
@@ -159,22 +162,29 @@ def run(graph: Graph, options: Options, lower: bool = True) -> int:
 
 
 def lower_fused_calls(graph: Graph, options: Options) -> int:
-    """Lower the op calls already in ``graph`` (put there before autograd) to their kernel plans;
-    on the CPU, without ``cpu_kernels``, they stay and run the reference. Returns how many."""
-    op = torch.ops.inductor_gqa.attention_block.default
+    """Lower the op calls put into ``graph`` before autograd (the differentiable cores of blocks
+    with gradients and their backward calls, lower/training.py) to their kernels; on the CPU,
+    without ``cpu_kernels``, they stay and run the reference. Returns how many."""
     lowered = 0
-    for call in list(graph.find_nodes(op="call_function", target=op)):
-        spec = spec_of_args(call.args)
-        values = {name: (a.meta["val"] if isinstance(a, torch.fx.Node) else a)
-                  for name, a in zip(TENSOR_ARGS, call.args)}
-        if not _has_kernels(values["x"], options):
-            continue
-        try:
-            plan = plan_for(spec, values, options)
-        except Unsupported:
-            continue        # planned before autograd; a shape the tables refuse runs the reference
-        expand(graph, call, plan, spec)
-        lowered += 1
+    ops = ((torch.ops.inductor_gqa.attention_core.default, N_FWD_TENSORS, FWD_TENSORS,
+            emit_core),
+           (torch.ops.inductor_gqa.attention_core_backward.default, N_BWD_TENSORS, BWD_TENSORS,
+            emit_core_backward))
+    for op, n, names, emitter in ops:
+        for call in list(graph.find_nodes(op="call_function", target=op)):
+            spec = spec_of_core_args(call.args, n)
+            values = {name: (a.meta["val"] if isinstance(a, torch.fx.Node) else a)
+                      for name, a in zip(names, call.args)}
+            if not _has_kernels(values["q"], options):
+                continue
+            try:
+                plan = choose_core(spec, values["q"], values["attn_mask"],
+                                   values["runtime_scale"], options)
+            except Unsupported:
+                continue        # the forward and its backward refuse alike: both run the reference
+            replace_call(graph, call, names,
+                         lambda t, plan=plan, spec=spec, emitter=emitter: emitter(plan, spec, t))
+            lowered += 1
     if lowered:
         graph.eliminate_dead_code()
         graph.lint()

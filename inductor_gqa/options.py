@@ -32,12 +32,21 @@ class Options:
     # reference inside the fused op.
     cpu_kernels: bool = False
     # Graphs whose inputs require grad (training, or a forward without torch.no_grad()): fuse
-    # their blocks before AOTAutograd, so that autograd differentiates the fused op (its backward
-    # recomputes the block from the saved inputs). Static shapes only. Off by default until its
-    # training-step time has been measured against stock on a GPU: the recomputation may cost
-    # more than the forward saves.
+    # their blocks' attention before AOTAutograd (lower/training.py): projections, norm and RoPE
+    # stay ATen ops that autograd differentiates, the attention core becomes one differentiable
+    # op with a FlashAttention-style backward. Static shapes only. Off by default until its
+    # training-step time has been measured against stock on a GPU.
     fuse_with_grad: bool = False
+    # The core of a block with gradients: "auto" takes the library's fused attention
+    # (F.scaled_dot_product_attention, its own backward) where it computes the same thing
+    # (16-bit, no mask tensor, window or softcap, no probabilities returned, head_dim 64 or
+    # 128, on a GPU), and our kernels elsewhere; "kernels": ours everywhere.
+    training_core: str = "auto"
 
+    def __post_init__(self):
+        if self.training_core not in ("auto", "kernels"):
+            raise ValueError(f"inductor_gqa: training_core must be 'auto' or 'kernels', not "
+                             f"{self.training_core!r}")
 
 def as_options(value) -> "Options | None":
     """Options from an Options, a dict of its fields (``torch.compile(..., options={...})``), or

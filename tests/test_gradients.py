@@ -1,9 +1,10 @@
-"""The fused op's autograd formula: every fused variant's rewritten graph, run eagerly with inputs
-that require grad, gives the eager block's gradients (CPU, reference path).
+"""Gradients of the training form: every fused variant's rewritten graph, run eagerly with
+inputs that require grad, gives the eager block's gradients (CPU, reference path).
 
 The graph is the variant traced to ATen (fake tensors, Inductor's decompositions) and rewritten
-by the pass, as a graph before AOTAutograd would be; the backward recomputes the block from the
-saved inputs (docs/pipeline.md, "Gradients")."""
+as the backend does before AOTAutograd: the block in its training form (lower/training.py), ATen
+projections, norm and RoPE around the differentiable core op, whose backward is the reference's
+vector-Jacobian product here (docs/pipeline.md, "Gradients")."""
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from variants import FUSED, build
 
 from inductor_gqa.graph_pass import run
+from inductor_gqa.lower.training import expand_for_training
 from inductor_gqa.options import Options
 
 
@@ -24,7 +26,8 @@ def _rewritten(fn, inputs):
     with torch.no_grad():
         gm = make_fx(flat, decomposition_table=select_decomp_table(),
                      tracing_mode="fake")(*inputs.values())
-    fused = run(gm.graph, Options())
+    fused = run(gm.graph, Options(), lower=False)
+    expand_for_training(gm.graph, Options())
     gm.recompile()
     return flat, gm, fused
 

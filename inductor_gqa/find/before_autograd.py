@@ -3,10 +3,11 @@
 A training step, or a forward without ``torch.no_grad()``, reaches Inductor's joint-graph pass
 with the backward already derived from the block's separate ops. So the backend traces Dynamo's
 graph to ATen first (fake tensors, Inductor's decompositions: the same forms the joint-graph
-pass reads) and rewrites each block into one ``inductor_gqa::attention_block`` call, planned but
-not lowered. AOTAutograd then differentiates that call with the op's own formula (the forward
-saves its inputs only; the backward recomputes the block, op/attention_block.py), and the
-joint-graph pass lowers the call to its kernels (``graph_pass.lower_fused_calls``).
+pass reads), finds and plans each block as for inference, and writes it in its training form
+(lower/training.py): ATen projections, norm and RoPE around one differentiable attention-core
+op. AOTAutograd then differentiates the graph (the core by its own formula, whose backward is
+one op), and the joint-graph pass lowers the core's forward and backward calls to their kernels
+(``graph_pass.lower_fused_calls``).
 
 Opt-in (``Options(fuse_with_grad=True)``) until measured on a GPU. Static shapes only for now:
 the retrace would bake symbolic sizes into constants.
@@ -71,6 +72,7 @@ def fuse_before_autograd(gm: GraphModule, example_inputs, options) -> Optional[G
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from ..graph_pass import run
+    from ..lower.training import expand_for_training
 
     fake_mode = ctx.fake_mode       # the mode AOTAutograd will trace in
     fakes = [fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) else t
@@ -86,5 +88,21 @@ def fuse_before_autograd(gm: GraphModule, example_inputs, options) -> Optional[G
                          tracing_mode="real", _allow_non_fake_inputs=True)(*fakes)
     if run(traced.graph, options, lower=False) == 0:
         return None
+    expand_for_training(traced.graph, options)
+    _differentiable_casts(traced.graph)
     traced.recompile()
     return traced
+
+
+def _differentiable_casts(graph) -> None:
+    """Inductor's decompositions write dtype casts as ``prims.convert_element_type``, which has
+    no autograd formula; AOTAutograd must differentiate through the casts of a 16-bit model's
+    norms and softmaxes, so they go back to ``aten._to_copy``."""
+    prim = torch.ops.prims.convert_element_type.default
+    for n in list(graph.find_nodes(op="call_function", target=prim)):
+        x, dtype = n.args
+        with graph.inserting_before(n):
+            cast = graph.call_function(torch.ops.aten._to_copy.default, (x,), {"dtype": dtype})
+        cast.meta.update(n.meta)
+        n.replace_all_uses_with(cast)
+        graph.erase_node(n)

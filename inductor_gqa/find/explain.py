@@ -22,8 +22,7 @@ from . import report
 def light_backend(options=None):
     """A torch.compile backend: AOTAutograd with Inductor's decompositions, our pass on the
     forward graph, then eager execution of the rewritten graph. Inputs that require grad: the
-    blocks are fused before AOTAutograd as by the real backend (find/before_autograd.py), and
-    the backward graph runs as traced."""
+    blocks are fused before AOTAutograd as by the real backend (find/before_autograd.py)."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._inductor.decomposition import select_decomp_table
 
@@ -39,16 +38,13 @@ def light_backend(options=None):
         return gm
 
     def compile_forward(gm: torch.fx.GraphModule, example_inputs):
-        # a training forward: only blocks fused before autograd (its backward is built from
-        # the fused op), as in the real backend's joint graph
+        # a training forward or backward: only the core calls put there before autograd are
+        # lowered, as in the real backend's joint graph
         if lower_fused_calls(gm.graph, opts):
             gm.recompile()
         return gm
 
-    def as_traced(gm: torch.fx.GraphModule, example_inputs):
-        return gm
-
-    aot = aot_autograd(fw_compiler=compile_forward, bw_compiler=as_traced,
+    aot = aot_autograd(fw_compiler=compile_forward, bw_compiler=compile_forward,
                        inference_compiler=compile_inference, decompositions=select_decomp_table())
 
     def backend(gm: torch.fx.GraphModule, example_inputs):

@@ -13,11 +13,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..kernels import flash, fp16_rows, linear, proj_rope, qk_epilogue
+from ..kernels import flash, flash_bwd, fp16_rows, linear, proj_rope, qk_epilogue
 from ..kernels.launch import interpreting
 from ..kernels.rope_table import TableSpec
 from ..plan import configs
-from ..plan.plans import AttentionPlan, Fp16CopiesPlan, NativePlan, Plan
+from ..plan.plans import AttentionPlan, CorePlan, Fp16CopiesPlan, NativePlan, Plan
 from ..plan.spec import BlockSpec
 
 
@@ -305,3 +305,57 @@ def _fallback_attention(ap, spec, t, q32, k32, v32, o32, probs, mask, flag, b, s
     ml = torch.empty((b * spec.num_heads * s * 2,), device=o32.device, dtype=torch.float32)
     o32, probs, _ = flash.launch(qv, kv, vv, o32, mode=4, probs=probs, ml=ml, **common)
     return o32, probs
+
+
+# ------------------------------------------------------------- the differentiable core's plan
+def _core_common(plan: CorePlan, spec: BlockSpec, t: dict, b, s):
+    return dict(batch=b, seq=s, num_heads=spec.num_heads, groups=spec.groups,
+                head_dim=spec.head_dim, scale=spec.effective_scale(), causal=spec.causal,
+                prec=plan.prec, mask=_mask(spec, t, b, s), mask_kind=flash.MASK_CODES[spec.mask],
+                mask_fill=spec.mask_fill, empty_zero=spec.core == "sdpa", window=spec.window,
+                softcap=spec.softcap,
+                upcast=interpreting() and t["q"].dtype != torch.float32)
+
+
+def _rows3(x, s, d):
+    """A contiguous [B, S, heads*D] tensor as flash.py's (tensor, (stride b, h, s))."""
+    return x, (s * x.shape[-1], d, x.shape[-1])
+
+
+def _v4(v, s, d):
+    return v, (s * v.shape[-1], d, v.shape[-1], 1)
+
+
+def emit_core(plan: CorePlan, spec: BlockSpec, t: dict):
+    """``inductor_gqa::attention_core``'s outputs (o, probs or an empty tensor, stats) from its
+    tensors ``t`` (q, k, v, attn_mask, runtime_scale)."""
+    q, k, v = (t[n].contiguous() for n in ("q", "k", "v"))
+    b, s, _ = q.shape
+    h, d = spec.num_heads, spec.head_dim
+    common = _core_common(plan, spec, t, b, s)
+    o = torch.empty((b, s, h * d), device=q.device, dtype=q.dtype)
+    ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
+    qv, kv, vv = _rows3(q, s, d), _rows3(k, s, d), _v4(v, s, d)
+    ap = plan.attention
+    if ap.kind == "online":
+        o, ml = flash.launch(qv, kv, vv, o, mode=0, cfg=ap.main, ml=ml, store_ml=True, **common)
+        return o, _no_probs(q), ml
+    (ml,) = flash.launch(qv, kv, vv, None, mode=1, cfg=ap.stats, ml=ml, **common)
+    probs = torch.empty((b, h, s, s), device=q.device, dtype=q.dtype)
+    o, probs = flash.launch(qv, kv, vv, o, mode=2, cfg=ap.main, probs=probs, ml=ml, **common)
+    return o, probs, ml
+
+
+def emit_core_backward(plan: CorePlan, spec: BlockSpec, t: dict):
+    """``inductor_gqa::attention_core_backward``'s (dq, dk, dv) from its tensors ``t``."""
+    q, k, v, o, do = (t[n].contiguous() for n in ("q", "k", "v", "o", "grad_o"))
+    b, s, _ = q.shape
+    d = spec.head_dim
+    common = _core_common(plan, spec, t, b, s)
+    probs = dprobs = None
+    if t["grad_probs"] is not None:
+        probs, dprobs = t["probs"].contiguous(), t["grad_probs"].contiguous()
+    dq, dk, dv = flash_bwd.launch(_rows3(q, s, d), _rows3(k, s, d), _v4(v, s, d),
+                                  _rows3(o, s, d), _rows3(do, s, d), cfg=plan.backward,
+                                  ml=t["stats"], probs=probs, dprobs=dprobs, **common)
+    return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)

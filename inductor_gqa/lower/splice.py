@@ -1,5 +1,5 @@
 """Lower a fused op node to its plan: trace ``emit`` with the node's fake inputs and splice the
-traced graph in place of the node.
+traced graph in place of the node (``replace_call``, which the training form uses too).
 
 The traced graph is normalized ATen (Inductor's decompositions applied, as its pattern
 replacements are) plus ``triton_kernel_wrapper_functional`` nodes, so the rest of Inductor's
@@ -25,23 +25,32 @@ from .emit import emit
 
 def expand(graph: Graph, call: Node, plan: Plan, spec: BlockSpec) -> None:
     """Replace ``call`` (an ``inductor_gqa::attention_block`` node) by ``plan``'s graph."""
+    replace_call(graph, call, TENSOR_ARGS, lambda t: emit(plan, spec, t))
+
+
+def replace_call(graph: Graph, call: Node, names, build, decompose: bool = True) -> None:
+    """Replace ``call`` by the traced graph of ``build(t)``, where ``t`` maps ``names`` to the
+    fake values of the call's first ``len(names)`` arguments (None where absent); ``build``
+    returns one value per output of the call. ``decompose``: with Inductor's decompositions
+    (a joint graph's form; before autograd the graph was traced with them too)."""
     from torch._dispatch.python import enable_python_dispatcher
     from torch._inductor.decomposition import select_decomp_table
     from torch.fx.traceback import preserve_node_meta
 
-    nodes = list(call.args[:len(TENSOR_ARGS)])
+    nodes = list(call.args[:len(names)])
     present = [i for i, n in enumerate(nodes) if n is not None]
     vals = [nodes[i].meta["val"] for i in present]
 
     def block(*tensors):
-        t = dict.fromkeys(TENSOR_ARGS)
+        t = dict.fromkeys(names)
         for i, v in zip(present, tensors):
-            t[TENSOR_ARGS[i]] = v
-        return emit(plan, spec, t)
+            t[names[i]] = v
+        return tuple(build(t))
 
     fake_mode = detect_fake_mode(vals)
     with fake_mode, enable_python_dispatcher(), preserve_node_meta():
-        traced = make_fx(block, select_decomp_table(), tracing_mode="real")(*vals)
+        traced = make_fx(block, select_decomp_table() if decompose else None,
+                         tracing_mode="real")(*vals)
     traced.graph.eliminate_dead_code()
 
     env: dict = {}

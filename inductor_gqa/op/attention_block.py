@@ -84,39 +84,6 @@ def spec_of_args(args) -> BlockSpec:
     return BlockSpec(**dict(zip(_SCALAR_ARGS, args[len(TENSOR_ARGS):])))
 
 
-def _setup_context(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[:len(TENSOR_ARGS)])
-    ctx.spec = spec_of_args(inputs)
-
-
-def _backward(ctx, grad_out, grad_probs):
-    """Gradients by recomputing the block with the reference under autograd: the forward saves
-    its inputs only (no activations), and the backward is the eager block's own backward, which
-    Inductor compiles like any other (the GPU backward kernels are not wired to it yet)."""
-    saved = ctx.saved_tensors
-    spec = ctx.spec
-    want = [i for i, t in enumerate(saved)
-            if t is not None and ctx.needs_input_grad[i] and t.dtype.is_floating_point]
-    grads: list = [None] * (len(saved) + len(_SCALAR_ARGS))
-    if not want:
-        return tuple(grads)
-    with torch.enable_grad():
-        tensors = [t.detach().requires_grad_(i in want) if t is not None else None
-                   for i, t in enumerate(saved)]
-        out, probs = attention_block_reference(**dict(zip(TENSOR_ARGS, tensors)), spec=spec)
-        outs, seeds = [out], [grad_out]
-        if spec.return_probs and grad_probs is not None:
-            outs.append(probs)
-            seeds.append(grad_probs)
-        got = torch.autograd.grad(outs, [tensors[i] for i in want], seeds, allow_unused=True)
-    for i, g in zip(want, got):
-        grads[i] = g
-    return tuple(grads)
-
-
-attention_block.register_autograd(_backward, setup_context=_setup_context)
-
-
 def call_attention_block(spec: BlockSpec, **tensors):
     """Eager convenience: run the op from a BlockSpec and named tensors (missing ones are None)."""
     unknown = set(tensors) - set(_TENSOR_ARGS)

@@ -28,6 +28,7 @@ from ..kernels import proj_rope
 from ..kernels.flash import MASK_CODES
 from ..kernels.launch import interpreting, static_int
 from . import configs as cfgs
+from ..kernels.flash_bwd import BackwardConfig, choose_config as choose_backward
 from .configs import AttentionConfig, GemmConfig, ProjectionConfig
 from .spec import BlockSpec
 
@@ -180,6 +181,17 @@ class Fp16CopiesPlan:
 Plan = Union[NativePlan, Fp16CopiesPlan]
 
 
+@dataclasses.dataclass(frozen=True)
+class CorePlan:
+    """The attention core of a block with gradients (op/attention_core.py): the forward as
+    "online" (MODE 0 storing its row statistics) or "pair" (MODE 1 statistics, MODE 2 with the
+    probabilities), and flash_bwd's config for the backward."""
+    prec: str
+    attention: AttentionPlan
+    backward: BackwardConfig
+    name = "core"
+
+
 def _check_common(spec: BlockSpec, p: Problem, options) -> None:
     for f in dataclasses.fields(spec):
         if f.name not in _KNOWN_FIELDS and getattr(spec, f.name) != f.default:
@@ -275,3 +287,49 @@ def choose(spec: BlockSpec, p: Problem, options, tables=None) -> Plan:
         o_gemm=cfgs.choose_gemm(tables, "o", p.rows_hint, p.embed, nq) if triton_gemms else None,
         v_kmajor=p.dtype == torch.float32,
         attention=_attention_plan(spec, p, operands, tables))
+
+
+def choose_core(spec: BlockSpec, q, attn_mask, runtime_scale, options,
+                tables=None) -> CorePlan:
+    """The kernels of a differentiable core (``spec``: its core fields; ``q`` [B, S, H*D]), or
+    ``Unsupported``."""
+    if runtime_scale is not None:
+        raise Unsupported("a runtime scale (the backward kernels take a static one)")
+    b, s, _ = q.shape
+    p = Problem(dtype=q.dtype, device=q.device, gpu=None, capability=(0, 0), num_sms=4,
+                precision=torch.get_float32_matmul_precision(), batch=b, seq=s, embed=0,
+                qkv_bias=False, o_proj=False, o_bias=False, rope_source="none",
+                runtime_floats=False, tables_dtype=None,
+                mask_rank_ok=attn_mask is None or attn_mask.dim() <= 4)
+    if q.device.type == "cuda":
+        p = dataclasses.replace(p, gpu=torch.cuda.get_device_properties(q.device).name)
+    _check_common(spec, p, options)
+    if tables is None:
+        tables = (cfgs.committed_table(p.gpu),) if options.tuned_tables else ()
+    if q.dtype == torch.float32:
+        prec = "tf32x3" if p.precision == "highest" else "tf32"
+        operands = "f32"
+    else:
+        prec, operands = "ieee", "b16"
+    rows = p.rows_hint * spec.num_heads
+    common = dict(tables=tables, operands=operands, head_dim=spec.head_dim, groups=spec.groups,
+                  seq_static=p.seq_max, seq_hint=p.seq_hint, rows=rows, causal=spec.causal,
+                  mask_kind=MASK_CODES[spec.mask])
+    if spec.return_probs:
+        attention = AttentionPlan("pair", cfgs.choose_attention(kind="pair", mode=2, **common),
+                                  cfgs.choose_attention(kind="pair", mode=1, **common))
+    else:
+        attention = AttentionPlan("online", cfgs.choose_attention(kind="online", mode=0,
+                                                                  **common))
+    return CorePlan(prec=prec, attention=attention,
+                    backward=choose_backward(spec.head_dim, q.dtype))
+
+
+def library_core(spec: BlockSpec, q, options) -> bool:
+    """Whether a differentiable core runs as the library's fused attention
+    (F.scaled_dot_product_attention with its own backward) instead of ours: where it computes
+    the same thing and ``options.training_core`` is "auto"."""
+    return (options.training_core == "auto" and q.device.type == "cuda"
+            and q.dtype in (torch.bfloat16, torch.float16) and spec.mask == "none"
+            and not spec.return_probs and not spec.window and not spec.softcap
+            and spec.head_dim in (64, 128))
