@@ -9,7 +9,8 @@
 
 Suites (``--suites``): ``blocks`` (W075 and W092, every case: GPU time, plain-call time,
 correctness, SOL), ``first-call`` (first calls in fresh processes, cold and warm caches, for a
-subset of cases), ``models`` (whole-model prefill of five transformers architectures).
+subset of cases), ``models`` (whole-model prefill of five transformers architectures),
+``train`` (training steps of W092's block: forward + backward, peak and saved memory).
 See docs/perf.md for what every figure means and how the gate decides.
 """
 
@@ -33,7 +34,7 @@ if __package__ in (None, ""):                       # python perf/run.py
 from perf import stats  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SUITES = ("blocks", "first-call", "models")
+SUITES = ("blocks", "first-call", "models", "train")
 DEFAULT_IMPLS = ("eager", "stock_static", "stock_dynamic", "backend")
 # the smoke run's cases (S, B) per workload (at bench.SMOKE_DIMS)
 SMOKE_CASES = {"W075": ((33, 2), (16, 1)), "W092": ((32, 2), (17, 1))}
@@ -135,6 +136,12 @@ def parse_args(argv=None):
     g.add_argument("--model-shapes", default=None, help="BxS list (default 4x512,1x2048)")
     g.add_argument("--model-impls", default=None, help="default eager,stock_static,backend")
     g.add_argument("--model-layers", type=int, default=None, help="default 4 (smoke 2)")
+    g = p.add_argument_group("train suite (W092's block, forward + backward)")
+    g.add_argument("--train-cases", default="all", help="W092 case indices or SxB (as --cases)")
+    g.add_argument("--train-impls", default=None, help="default eager,stock_static,backend")
+    g.add_argument("--train-options", default=None,
+                   help='JSON of inductor_gqa Options for ours, added to {"fuse_with_grad": true}'
+                   ' (e.g. {"training_core": "kernels"})')
     a = p.parse_args(argv)
     from perf import models
     a.suites_list = split(a.suites)
@@ -170,6 +177,15 @@ def parse_args(argv=None):
                           for i in split(a.model_impls or ",".join(models.IMPLS))]
     if a.model_layers is None:
         a.model_layers = 2 if a.smoke else models.LAYERS
+    from perf import train
+    if a.smoke:
+        a.train_cases_list = list(SMOKE_CASES["W092"])
+    else:
+        from inductor_gqa.workloads import W092
+        a.train_cases_list = select_cases(a.train_cases, W092.cases)
+    a.train_options_dict = dict(train.GRAD_OPTIONS, **json.loads(a.train_options or "{}"))
+    a.train_impls_list = [stats.IMPL_ALIASES.get(i, i)
+                          for i in split(a.train_impls or ",".join(train.TRAIN_IMPLS))]
     a.first_call_impls_list = ([stats.IMPL_ALIASES.get(i, i) for i in split(a.first_call_impls)]
                                if a.first_call_impls else list(a.impls_list))
     return a
@@ -306,7 +322,7 @@ def estimate(args) -> dict:
     """Rough seconds per suite on an H200 for this selection (EST's per-step costs)."""
     from inductor_gqa import workloads as wl
     from perf import models
-    e = {"blocks": 0.0, "first-call": 0.0, "models": 0.0}
+    e = {"blocks": 0.0, "first-call": 0.0, "models": 0.0, "train": 0.0}
     forms = split(args.forms)
     for name in split(args.workloads):
         w = wl.WORKLOADS[name]
@@ -335,6 +351,9 @@ def estimate(args) -> dict:
     if "models" in args.suites_list:
         e["models"] = models.estimate_s(len(args.models_list), len(args.model_attn_list),
                                         len(args.model_shapes_list), args.model_impls_list)
+    if "train" in args.suites_list:
+        from perf import train
+        e["train"] = train.estimate_s(len(args.train_cases_list), args.train_impls_list)
     e["total"] = sum(e.values())
     return e
 
@@ -600,7 +619,7 @@ def main(argv=None) -> int:
         "suites", "workloads", "cases", "impls", "forms", "precisions", "dynamic", "mode",
         "replays", "blocks", "plain_runs", "check_rounds", "seed", "deadline", "smoke",
         "first_call_cases", "first_call_timeout", "model_attn", "model_layers",
-        "plain_tolerance", "first_call_tolerance", "first_call_slack")}
+        "plain_tolerance", "first_call_tolerance", "first_call_slack", "train_options")}
     settings.update(
         first_call_impls=args.first_call_impls_list, models=args.models_list,
         model_shapes=[f"{b}x{s}" for b, s in args.model_shapes_list],
@@ -634,6 +653,11 @@ def main(argv=None) -> int:
         if "models" in args.suites_list:
             from perf import models
             models.run_suite(args, rows, variants, device,
+                             lambda reserve=0.0: over_deadline(args, reserve), log, save)
+    if "train" in args.suites_list:
+        from perf import train
+        with torch.enable_grad():
+            train.run_blocks(args, rows, variants, device,
                              lambda reserve=0.0: over_deadline(args, reserve), log, save)
     stats.add_ratios(rows)
     doc["wall_s"] = time.time() - T0
@@ -682,6 +706,8 @@ def main(argv=None) -> int:
         print("\n" + stats.first_call_table(rows))
     if any(stats.kind(r) == "model" for r in rows):
         print("\n" + stats.model_table(rows))
+    if any(stats.kind(r) == "train_block" for r in rows):
+        print("\n" + stats.train_table(rows))
     return rc
 
 

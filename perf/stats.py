@@ -44,10 +44,12 @@ KINDS = {
     "block": ("workload", "precision", "impl", "form", "seq", "batch"),
     "first_call": ("workload", "precision", "impl", "form", "seq", "batch", "cache"),
     "model": ("model", "attn", "task", "impl", "seq", "batch"),
+    "train_block": ("workload", "impl", "seq", "batch"),
 }
 # per kind: the time the baseline gate compares, and whether a row of that kind reports fusion
-METRICS = {"block": "gpu_us", "model": "gpu_us", "first_call": "first_call_s"}
-TASKS = ("prefill", "train")       # "train": forward + backward with peak memory (not run yet)
+METRICS = {"block": "gpu_us", "model": "gpu_us", "first_call": "first_call_s",
+           "train_block": "gpu_us"}
+TASKS = ("prefill", "train")       # "train": forward + backward with peak memory (perf/train.py)
 
 DEFAULT_NOISE_FLOOR = 0.05   # smallest slowdown the gate ever calls a regression (5%)
 DEFAULT_NOISE_K = 2.0        # multiple of the measured spread that still counts as noise
@@ -200,7 +202,7 @@ def add_ratios(rows: list[dict]) -> None:
     faster stock row's; < 1 is faster) and, for block rows, frac_sol."""
     by = {row_key(r): r for r in rows}
     for r in rows:
-        if kind(r) not in ("block", "model"):
+        if kind(r) not in ("block", "model", "train_block"):
             continue
         for other in ("eager",) + STOCKS:
             ref = peer(by, r, other)
@@ -549,6 +551,27 @@ def model_table(rows: list[dict]) -> str:
     return md_table(header, body)
 
 
+def train_table(rows: list[dict]) -> str:
+    header = ["case", "impl", "step GPU us", "spread", "plain us", "x eager", "x stock",
+              "peak MiB", "saved MiB", "fwd grad / no_grad us", "fused", "grad check"]
+    body = []
+    for r in rows:
+        if kind(r) != "train_block":
+            continue
+        status = r.get("status")
+        fwd = (f"{_f(r.get('fwd_grad_us'))} / {_f(r.get('fwd_nograd_us'))}"
+               if r.get("fwd_grad_us") else "-")
+        body.append([case_label(r["seq"], r["batch"]), IMPL_LABELS.get(r["impl"], r["impl"]),
+                     _f(r.get("gpu_us")) if status == "ok" else status,
+                     _f(r.get("spread"), "{:.1%}"), _f(r.get("plain_us")),
+                     _f(r.get("speedup_vs_eager"), "{:.2f}"),
+                     _f(r.get("speedup_vs_stock_static"), "{:.2f}"),
+                     _f(r.get("peak_mib"), "{:.0f}"), _f(r.get("saved_mib"), "{:.0f}"), fwd,
+                     "-" if r["impl"] not in OURS else ("yes" if r.get("fused") else "no"),
+                     check_cell(r)])
+    return md_table(header, body)
+
+
 def gate_text(g: dict) -> str:
     fl = g["noise_floor"]
     fl = (", ".join(f"{w} {v * 100:.1f}%" for w, v in sorted(fl.items())) if isinstance(fl, dict)
@@ -598,6 +621,9 @@ def markdown_report(result: dict) -> str:
                   "", fc, "", first_call_table(rows), ""]
     if any(kind(r) == "model" for r in rows):
         parts += ["## Models", "", model_table(rows), ""]
+    if any(kind(r) == "train_block" for r in rows):
+        parts += ["## Training steps, W092's block (forward + backward)", "",
+                  train_table(rows), ""]
     if result.get("gate"):
         parts += ["## Gate", "", "```", gate_text(result["gate"]), "```", ""]
     if result.get("variants"):

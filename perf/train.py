@@ -1,0 +1,183 @@
+"""Training steps: forward + backward of W092's block (the ``train`` suite) and of the models
+suite's models (``--model-tasks train``), eager / stock / ours.
+
+A step is the compiled forward and ``torch.autograd.grad`` of the output against a fixed random
+cotangent (blocks) or of the model's own LM loss (models), for every input that requires grad:
+hidden states, weights, biases and norm weights (blocks; cos/sin do not), every parameter
+(models). Ours is ``backend="inductor_gqa"`` with ``options={"fuse_with_grad": True}``. Every
+compiled implementation compiles once per case with ``dynamic=False`` (ours' gradient path
+needs static shapes; stock at its best).
+
+Per row: ``gpu_us`` (CUDA-graph replay of whole steps, as the forward rows), ``plain_us`` (a
+step from an idle device), ``peak_mib`` (peak allocated memory during a plain step, inputs and
+weights included: the same for every implementation), ``saved_mib`` (memory still allocated
+after the forward, before the backward: what the forward keeps for it, output included),
+``fwd_grad_us`` / ``fwd_nograd_us`` (blocks: the forward alone with grad enabled and under
+``torch.no_grad()``, each compiled for itself, GPU time), ``fused``, and ``check``: every gradient
+against eager's on fresh inputs, an element passing when |g - ref| <= 0.05 * (|ref| + rms(ref))
+(the W092 rule's rtol, its absolute part scaled to the gradient's size), at least 99% of every
+gradient's elements.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Callable
+
+import torch
+
+from . import bench, stats
+
+TRAIN_IMPLS = ("eager", "stock_static", "backend")
+GRAD_OPTIONS = {"fuse_with_grad": True}
+NO_GRAD_INPUTS = ("cos", "sin")
+# rough seconds per case on an H200: compiling a forward and its backward, then the timings
+EST_COMPILE_S = 30.0
+EST_ROW_S = 4.0
+
+
+def grad_check(got, ref, min_pass: float = 0.99) -> tuple[bool, float]:
+    """(passed, smallest passing fraction) over pairs of gradients (see the module doc)."""
+    worst = 1.0
+    for g, r in zip(got, ref):
+        g, r = g.float(), r.float()
+        if g.shape != r.shape or not torch.isfinite(g).all():
+            return False, 0.0
+        rms = r.pow(2).mean().sqrt()
+        ok = (g - r).abs() <= 0.05 * (r.abs() + rms)
+        worst = min(worst, ok.float().mean().item())
+    return worst >= min_pass, worst
+
+
+def compile_for_training(impl: str, fn, options=None):
+    """``fn`` as the implementation trains it (static shapes); ``options``: ours' Options
+    (default ``GRAD_OPTIONS``)."""
+    if impl == "eager":
+        return fn
+    if impl in stats.STOCKS:
+        return torch.compile(fn, backend="inductor", dynamic=False)
+    if impl == "backend":
+        why = bench.backend_available()
+        if why:
+            raise bench.Unavailable(why)
+        return torch.compile(fn, backend="inductor_gqa", dynamic=False,
+                             options=options or GRAD_OPTIONS)
+    raise ValueError(f"no training step for implementation {impl!r}")
+
+
+def measure_step(row: dict, step: Callable[[], object], forward: Callable[[], object], args,
+                 device) -> None:
+    """The timings and memory of ``step`` (forward: the step's forward alone) into ``row``."""
+    try:
+        info = {}
+        gpu, meds, spread = bench.device_time_us(step, device, args.replays, args.blocks,
+                                                 info=info)
+        row.update(gpu_us=gpu, block_medians=meds, spread=spread, **info)
+    except Exception as e:  # noqa: BLE001  (e.g. a step that cannot be captured)
+        row["graph_error"] = f"{type(e).__name__}: {e}"[:500]
+        bench.sync(device)
+    row["plain_us"], row["plain_spread"] = bench.plain_time_us(step, args.plain_runs, device)
+    if bench.is_cuda(device):
+        bench.sync(device)
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        bench.sync(device)
+        row["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+        out = forward()
+        bench.sync(device)
+        row["saved_mib"] = (torch.cuda.memory_allocated() - base) / 2**20
+        del out
+
+
+def run_blocks(args, rows: list, variants: list, device, over_deadline, log, save) -> None:
+    """W092's block: one ``kind: "train_block"`` row per (case, implementation)."""
+    from torch._dynamo.utils import counters
+
+    from inductor_gqa import workloads as wl
+
+    workload = wl.W092
+    dims = bench.SMOKE_DIMS if args.smoke else None
+    fn = bench.block_fn(workload, dims)
+    for s, b in args.train_cases_list:
+        cid = list(workload.cases).index((s, b)) if (s, b) in workload.cases else 0
+        seed = args.seed * 100003 + cid
+
+        def fresh(r):
+            inputs = bench.make_inputs(workload, s, b, device, seed=seed + 1000 * r, dims=dims)
+            leaves = {k: v.requires_grad_(v.is_floating_point() and k not in NO_GRAD_INPUTS)
+                      for k, v in inputs.items()}
+            g = torch.Generator(device=device)
+            g.manual_seed(seed + 7 + 1000 * r)
+            width = inputs["o_proj_weight"].shape[0]
+            cot = torch.randn(b, s, width, generator=g, device=device).to(workload.dtype)
+            return leaves, cot
+
+        def make_step(call, leaves, cot):
+            wanted = [v for v in leaves.values() if v.requires_grad]
+
+            def step():
+                return torch.autograd.grad(call(**leaves), wanted, cot)
+            return step
+
+        checks = [fresh(r + 1) for r in range(args.check_rounds)]
+        refs = [make_step(fn, *c)() for c in checks]
+        for impl in args.train_impls_list:
+            row = {"kind": "train_block", "workload": workload.name, "impl": impl, "seq": s,
+                   "batch": b, "status": "error"}
+            rows.append(row)
+            if over_deadline(EST_COMPILE_S + EST_ROW_S if impl != "eager" else EST_ROW_S):
+                row["status"] = "skipped"
+                continue
+            v = {"workload": workload.name, "task": "train", "impl": impl, "seq": s,
+                 "batch": b, "status": "ok", "compile_s": None, "error": None}
+            variants.append(v)
+            torch._dynamo.reset()
+            counters["inductor_gqa"].clear()
+            try:
+                call = compile_for_training(impl, fn, args.train_options_dict)
+                leaves, cot = fresh(0)
+                step = make_step(call, leaves, cot)
+                _, v["compile_s"] = bench.wall(step, device)
+                row["inproc_first_s"] = v["compile_s"]
+                row["fused"] = counters["inductor_gqa"].get("blocks_fused", 0) > 0
+                if args.check_rounds:
+                    results = [grad_check(make_step(call, *c)(), ref)
+                               for c, ref in zip(checks, refs)]
+                    row["check"] = {"passed": all(ok for ok, _ in results),
+                                    "min_frac": min(f for _, f in results),
+                                    "rounds": args.check_rounds, "rule": "grad"}
+                measure_step(row, step, lambda: call(**leaves), args, device)
+                detached = {k: t.detach() for k, t in leaves.items()}
+                with torch.no_grad():
+                    row["fwd_nograd_us"] = bench.device_time_us(
+                        lambda: call(**detached), device, args.replays, 1)[0]
+                row["fwd_grad_us"] = bench.device_time_us(
+                    lambda: call(**leaves), device, args.replays, 1)[0]
+                row["status"] = "ok" if row.get("gpu_us") or row.get("plain_us") else "error"
+            except Exception as e:  # noqa: BLE001
+                row["error"] = v["error"] = f"{type(e).__name__}: {e}"[:1000]
+                v["status"] = "error"
+                traceback.print_exc()
+            finally:
+                torch._dynamo.reset()
+                if bench.is_cuda(device):
+                    torch.cuda.empty_cache()
+            log(f"train W092 {stats.case_label(s, b)} {impl}: {row['status']} step gpu "
+                f"{row.get('gpu_us', float('nan')):.1f} us plain "
+                f"{row.get('plain_us', float('nan')):.1f} us peak "
+                f"{row.get('peak_mib', float('nan')):.0f} MiB saved "
+                f"{row.get('saved_mib', float('nan')):.0f} MiB fwd grad/no_grad "
+                f"{row.get('fwd_grad_us', float('nan')):.1f}/"
+                f"{row.get('fwd_nograd_us', float('nan')):.1f} us fused {row.get('fused')} "
+                f"check {stats.check_cell(row)} first {row.get('inproc_first_s') or 0:.1f}s"
+                + (f" ERROR {row['error'][:200]}" if row.get("error") else "")
+                + (f" (no graph replay: {row['graph_error'][:160]})"
+                   if row.get("graph_error") else ""))
+            save()
+        del checks, refs
+
+
+def estimate_s(n_cases: int, impls) -> float:
+    compiled = sum(1 for i in impls if i != "eager")
+    return n_cases * (compiled * EST_COMPILE_S + len(impls) * EST_ROW_S)
