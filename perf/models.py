@@ -20,8 +20,8 @@ memory of a plain call, fused layers (``counters["inductor_gqa"]["blocks_fused"]
 compilation, against the config's layer count), and the logits against the eager model's under
 the W092 rule (bf16: |out - ref| <= atol + 0.05 |ref| for 99% of elements).
 
-A training step (forward + backward with peak memory) is the reserved task "train": rows of the
-same kind and key with ``task: "train"``; ``run_suite`` refuses it until it is written.
+``--model-tasks train`` adds training steps (perf/train.py): rows of the same kind and key with
+``task: "train"``, the model's own LM loss differentiated against every parameter.
 """
 
 from __future__ import annotations
@@ -117,17 +117,13 @@ def run_suite(args, rows: list, variants: list, device, over_deadline: Callable[
               log: Callable[[str], None], write: Callable[[], None]) -> None:
     """Every selected (model, attn, shape, impl): one row each, appended to ``rows``."""
     from torch._dynamo.utils import counters
-    task = getattr(args, "model_task", "prefill")
-    if task != "prefill":
-        raise SystemExit(f"model task {task!r} is not implemented yet (rows of kind 'model' "
-                         "with task 'train' are reserved for it)")
     smoke = args.smoke
     names = [n for n in args.models_list]
     shapes = args.model_shapes_list
     impls = args.model_impls_list
     for name in names:
         for attn in args.model_attn_list:
-            base = {"kind": "model", "model": name, "attn": attn, "task": task}
+            base = {"kind": "model", "model": name, "attn": attn, "task": "prefill"}
             if over_deadline(EST_BUILD_S):
                 rows.extend(dict(base, impl=i, seq=s, batch=b, status="skipped")
                             for b, s in shapes for i in impls)
@@ -144,10 +140,18 @@ def run_suite(args, rows: list, variants: list, device, over_deadline: Callable[
             layers = cfg.num_hidden_layers
             extra = {"layers": layers,
                      "experts_implementation": getattr(cfg, "_experts_implementation", None)}
-            for b, s in shapes:
-                _run_shape(args, model, base, extra, b, s, impls, rows, variants, device,
-                           over_deadline, log, counters)
-                write()
+            for task in args.model_tasks_list:
+                base = dict(base, task=task)
+                for b, s in shapes:
+                    if task == "train":
+                        from . import train
+                        with torch.enable_grad():
+                            train.run_model_shape(args, model, base, extra, b, s, impls, rows,
+                                                  variants, device, over_deadline, log)
+                    else:
+                        _run_shape(args, model, base, extra, b, s, impls, rows, variants,
+                                   device, over_deadline, log, counters)
+                    write()
             del model
             if bench.is_cuda(device):
                 torch.cuda.empty_cache()

@@ -136,6 +136,8 @@ def parse_args(argv=None):
     g.add_argument("--model-shapes", default=None, help="BxS list (default 4x512,1x2048)")
     g.add_argument("--model-impls", default=None, help="default eager,stock_static,backend")
     g.add_argument("--model-layers", type=int, default=None, help="default 4 (smoke 2)")
+    g.add_argument("--model-tasks", default="prefill",
+                   help="comma list of prefill (no_grad forward), train (forward + backward)")
     g = p.add_argument_group("train suite (W092's block, forward + backward)")
     g.add_argument("--train-cases", default="all", help="W092 case indices or SxB (as --cases)")
     g.add_argument("--train-impls", default=None, help="default eager,stock_static,backend")
@@ -169,6 +171,10 @@ def parse_args(argv=None):
         if m not in models.SPECS:
             raise SystemExit(f"unknown model {m!r} (choose from {models.MODELS})")
     a.model_attn_list = split(a.model_attn)
+    a.model_tasks_list = split(a.model_tasks)
+    for t in a.model_tasks_list:
+        if t not in stats.TASKS:
+            raise SystemExit(f"unknown model task {t!r} (choose from {stats.TASKS})")
     if a.model_shapes:
         a.model_shapes_list = [tuple(int(v) for v in t.split("x")) for t in split(a.model_shapes)]
     else:
@@ -349,8 +355,9 @@ def estimate(args) -> dict:
                             else fc["eager"] if impl == "eager" else fc["stock"])
                     e["first-call"] += 2 * EST["process"] + sum(cost)
     if "models" in args.suites_list:
-        e["models"] = models.estimate_s(len(args.models_list), len(args.model_attn_list),
-                                        len(args.model_shapes_list), args.model_impls_list)
+        e["models"] = len(args.model_tasks_list) * models.estimate_s(
+            len(args.models_list), len(args.model_attn_list), len(args.model_shapes_list),
+            args.model_impls_list)
     if "train" in args.suites_list:
         from perf import train
         e["train"] = train.estimate_s(len(args.train_cases_list), args.train_impls_list)
@@ -618,7 +625,7 @@ def main(argv=None) -> int:
     settings = {k: getattr(args, k) for k in (
         "suites", "workloads", "cases", "impls", "forms", "precisions", "dynamic", "mode",
         "replays", "blocks", "plain_runs", "check_rounds", "seed", "deadline", "smoke",
-        "first_call_cases", "first_call_timeout", "model_attn", "model_layers",
+        "first_call_cases", "first_call_timeout", "model_attn", "model_layers", "model_tasks",
         "plain_tolerance", "first_call_tolerance", "first_call_slack", "train_options")}
     settings.update(
         first_call_impls=args.first_call_impls_list, models=args.models_list,

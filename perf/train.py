@@ -181,3 +181,84 @@ def run_blocks(args, rows: list, variants: list, device, over_deadline, log, sav
 def estimate_s(n_cases: int, impls) -> float:
     compiled = sum(1 for i in impls if i != "eager")
     return n_cases * (compiled * EST_COMPILE_S + len(impls) * EST_ROW_S)
+
+
+def run_model_shape(args, model, base, extra, b, s, impls, rows, variants, device,
+                    over_deadline, log) -> None:
+    """One ``kind: "model"``, ``task: "train"`` row per implementation: the LM loss of
+    ``model`` (B, S) differentiated against every parameter."""
+    from torch._dynamo.utils import counters
+
+    from .models import _ids
+    vocab = model.config.vocab_size
+    seed0 = args.seed * 100003 + 7919 * s + b + 17
+    params = [p for p in model.parameters()]
+    trainable = [p.requires_grad for p in params]
+    for p in params:
+        p.requires_grad_(True)
+    was_training = model.training
+    model.train()
+    ids = _ids(vocab, b, s, device, seed0)
+    checks = [_ids(vocab, b, s, device, seed0 + 1000 * (r + 1))
+              for r in range(args.check_rounds)]
+
+    def make_step(target, x):
+        def step():
+            loss = target(input_ids=x, labels=x, use_cache=False).loss
+            return torch.autograd.grad(loss, params)
+        return step
+
+    try:
+        refs = [make_step(model, x)() for x in checks]
+        for impl in impls:
+            row = dict(base, impl=impl, seq=s, batch=b, status="error", **extra)
+            rows.append(row)
+            if over_deadline(EST_COMPILE_S + EST_ROW_S if impl != "eager" else EST_ROW_S):
+                row["status"] = "skipped"
+                continue
+            v = {"model": base["model"], "attn": base["attn"], "task": "train", "impl": impl,
+                 "seq": s, "batch": b, "status": "ok", "compile_s": None, "error": None}
+            variants.append(v)
+            torch._dynamo.reset()
+            counters["inductor_gqa"].clear()
+            try:
+                target = compile_for_training(impl, model, getattr(args, "train_options_dict",
+                                                                   None))
+                step = make_step(target, ids)
+                _, v["compile_s"] = bench.wall(step, device)
+                row["inproc_first_s"] = v["compile_s"]
+                if impl != "eager":
+                    c = counters["inductor_gqa"]
+                    row["fused_layers"] = int(c.get("blocks_fused", 0))
+                    row["blocks_seen"] = int(c.get("blocks_seen", 0))
+                    row["rejected"] = {k[len("rejected: "):]: int(n) for k, n in c.items()
+                                       if k.startswith("rejected")}
+                if args.check_rounds and impl != "eager":
+                    results = [grad_check(make_step(target, x)(), ref)
+                               for x, ref in zip(checks, refs)]
+                    row["check"] = {"passed": all(ok for ok, _ in results),
+                                    "min_frac": min(f for _, f in results),
+                                    "rounds": args.check_rounds, "rule": "grad"}
+                measure_step(row, step, lambda: target(input_ids=ids, labels=ids,
+                                                       use_cache=False).loss, args, device)
+                row["status"] = "ok" if row.get("gpu_us") or row.get("plain_us") else "error"
+            except Exception as e:  # noqa: BLE001
+                row["error"] = v["error"] = f"{type(e).__name__}: {e}"[:1000]
+                v["status"] = "error"
+                traceback.print_exc()
+            finally:
+                torch._dynamo.reset()
+                if bench.is_cuda(device):
+                    torch.cuda.empty_cache()
+            log(f"model {base['model']}/{base['attn']} train {stats.case_label(s, b)} {impl}: "
+                f"{row['status']} step gpu {row.get('gpu_us', float('nan')):.1f} us plain "
+                f"{row.get('plain_us', float('nan')):.1f} us peak "
+                f"{row.get('peak_mib', float('nan')):.0f} MiB fused "
+                f"{row.get('fused_layers', '-')}/{row.get('layers')} check "
+                f"{stats.check_cell(row)} first {row.get('inproc_first_s') or 0:.1f}s"
+                + (f" rejected {row['rejected']}" if row.get("rejected") else "")
+                + (f" ERROR {row['error'][:200]}" if row.get("error") else ""))
+    finally:
+        for p, t in zip(params, trainable):
+            p.requires_grad_(t)
+        model.train(was_training)
