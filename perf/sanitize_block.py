@@ -7,6 +7,9 @@ Each case is compiled with ``backend="inductor_gqa"`` (static shapes), run on fr
 checked against the workload's tolerance rule, so a kernel that reads or writes out of bounds
 shows in the tool's report and a wrong result in this script's. ``--overflow`` scales the
 inputs so that W075's fp16 copies leave fp16's range and the guarded float32 fallback runs.
+``--train``: a training step instead (``fuse_with_grad``, the core on our kernels: flash.py
+storing its statistics, flash_bwd.py), every gradient checked against eager's (perf/train.py's
+rule).
 """
 
 from __future__ import annotations
@@ -42,12 +45,39 @@ def run_case(spec: str, overflow: bool) -> bool:
     return chk["passed"]
 
 
+def run_train_case(spec: str) -> bool:
+    from .train import grad_check
+    workload, precision, s, b = parse_case(spec)
+    torch.set_float32_matmul_precision(precision)
+    torch._dynamo.reset()
+    inputs = bench.make_inputs(workload, s, b, "cuda", seed=0)
+    leaves = {k: v.requires_grad_(v.is_floating_point() and k not in ("cos", "sin", "inv_freq"))
+              for k, v in inputs.items()}
+    wanted = [v for v in leaves.values() if v.requires_grad]
+
+    def grads(f):
+        outs = bench.as_tuple(f(**leaves))
+        seeds = [torch.ones_like(o) / o.shape[-1] for o in outs]
+        return torch.autograd.grad(outs, wanted, seeds)
+
+    fn = torch.compile(workload.fn, backend="inductor_gqa", dynamic=False,
+                       options={"fuse_with_grad": True, "training_core": "kernels"})
+    got = grads(fn)
+    torch.cuda.synchronize()
+    torch.set_float32_matmul_precision("highest")
+    ok, frac = grad_check(got, grads(workload.fn))
+    print(f"{spec} train: {'pass' if ok else 'FAIL'} {frac:.4f}", flush=True)
+    return ok
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m perf.sanitize_block")
     p.add_argument("--cases", default="W075-high:131x1,W075-high:373x1,W092:131x1")
     p.add_argument("--overflow", action="store_true")
+    p.add_argument("--train", action="store_true")
     a = p.parse_args(argv)
-    ok = all([run_case(c, a.overflow) for c in a.cases.split(",")])
+    run = run_train_case if a.train else (lambda c: run_case(c, a.overflow))
+    ok = all([run(c) for c in a.cases.split(",")])
     return 0 if ok else 1
 
 
