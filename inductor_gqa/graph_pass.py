@@ -33,7 +33,7 @@ from .op.attention_core import (BWD_TENSORS, FWD_TENSORS, N_BWD_TENSORS, N_FWD_T
 from .options import Options
 from .patterns.attention_core import anchors
 from .plan import tune
-from .plan.plans import Problem, Unsupported, choose, choose_core
+from .plan.plans import Problem, Unsupported, choose, choose_core, core_problem
 
 _PACKAGE = pathlib.Path(__file__).parent
 _PATTERNS = pathlib.Path(patterns.__file__).parent
@@ -178,8 +178,8 @@ def lower_fused_calls(graph: Graph, options: Options) -> int:
             if not _has_kernels(values["q"], options):
                 continue
             try:
-                plan = choose_core(spec, values["q"], values["attn_mask"],
-                                   values["runtime_scale"], options)
+                plan = choose_core(spec, core_problem(values["q"], values["attn_mask"]),
+                                   options, runtime_scale=values["runtime_scale"] is not None)
             except Unsupported:
                 continue        # the forward and its backward refuse alike: both run the reference
             replace_call(graph, call, names,

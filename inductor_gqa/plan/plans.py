@@ -289,24 +289,30 @@ def choose(spec: BlockSpec, p: Problem, options, tables=None) -> Plan:
         attention=_attention_plan(spec, p, operands, tables))
 
 
-def choose_core(spec: BlockSpec, q, attn_mask, runtime_scale, options,
-                tables=None) -> CorePlan:
-    """The kernels of a differentiable core (``spec``: its core fields; ``q`` [B, S, H*D]), or
-    ``Unsupported``."""
-    if runtime_scale is not None:
-        raise Unsupported("a runtime scale (the backward kernels take a static one)")
+def core_problem(q, attn_mask) -> Problem:
+    """The static facts of a differentiable core's call site (``q`` [B, S, H*D])."""
     b, s, _ = q.shape
-    p = Problem(dtype=q.dtype, device=q.device, gpu=None, capability=(0, 0), num_sms=4,
-                precision=torch.get_float32_matmul_precision(), batch=b, seq=s, embed=0,
-                qkv_bias=False, o_proj=False, o_bias=False, rope_source="none",
-                runtime_floats=False, tables_dtype=None,
-                mask_rank_ok=attn_mask is None or attn_mask.dim() <= 4)
+    gpu, cap, sms = None, (0, 0), 4
     if q.device.type == "cuda":
-        p = dataclasses.replace(p, gpu=torch.cuda.get_device_properties(q.device).name)
+        props = torch.cuda.get_device_properties(q.device)
+        gpu, cap, sms = props.name, (props.major, props.minor), props.multi_processor_count
+    return Problem(dtype=q.dtype, device=q.device, gpu=gpu, capability=cap, num_sms=sms,
+                   precision=torch.get_float32_matmul_precision(), batch=b, seq=s, embed=0,
+                   qkv_bias=False, o_proj=False, o_bias=False, rope_source="none",
+                   runtime_floats=False, tables_dtype=None,
+                   mask_rank_ok=attn_mask is None or attn_mask.dim() <= 4)
+
+
+def choose_core(spec: BlockSpec, p: Problem, options, runtime_scale: bool = False,
+                tables=None) -> CorePlan:
+    """The kernels of a differentiable core (``spec``: its core fields; ``p``:
+    ``core_problem``), or ``Unsupported``."""
+    if runtime_scale:
+        raise Unsupported("a runtime scale (the backward kernels take a static one)")
     _check_common(spec, p, options)
     if tables is None:
         tables = (cfgs.committed_table(p.gpu),) if options.tuned_tables else ()
-    if q.dtype == torch.float32:
+    if p.dtype == torch.float32:
         prec = "tf32x3" if p.precision == "highest" else "tf32"
         operands = "f32"
     else:
@@ -322,7 +328,7 @@ def choose_core(spec: BlockSpec, q, attn_mask, runtime_scale, options,
         attention = AttentionPlan("online", cfgs.choose_attention(kind="online", mode=0,
                                                                   **common))
     return CorePlan(prec=prec, attention=attention,
-                    backward=choose_backward(spec.head_dim, q.dtype))
+                    backward=choose_backward(spec.head_dim, p.dtype))
 
 
 def library_core(spec: BlockSpec, q, options) -> bool:

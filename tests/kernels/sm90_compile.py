@@ -17,7 +17,8 @@ reported.
     python tests/kernels/sm90_compile.py --only bwd --shared       the backward's shared memory
 
 The backward kernels (flash_bwd, norm_rope_bwd) are recorded from their launchers directly
-(``_backward_cases``), with their default configs, or every candidate with --candidates.
+(``_backward_cases``), with their default configs, or every candidate with --candidates; the
+training core's forward and backward from its plan (``_core_launches``).
 """
 
 from __future__ import annotations
@@ -362,7 +363,62 @@ def jobs(candidates: bool = False):
             _add_launches(seen, name, launches)
     for name, launches in _backward_launches(candidates):
         _add_launches(seen, name, launches)
+    for name, launches in _core_launches():
+        _add_launches(seen, name, launches)
     return list(seen.values())
+
+
+def _core_launches():
+    """Recorded launches of the training core's plan (lower/emit.py's ``emit_core`` and
+    ``emit_core_backward``, planned by ``plans.choose_core``) for the reference workloads'
+    blocks in training: W092 (bf16, causal, our kernels where the library's SDPA is not taken)
+    and W075 (float32 with its returned probabilities and their gradient)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from inductor_gqa.kernels.launch import recording
+    from inductor_gqa.lower.emit import emit_core, emit_core_backward
+    from inductor_gqa.op.attention_core import BWD_TENSORS, FWD_TENSORS
+    from inductor_gqa.options import Options
+    from inductor_gqa.plan.plans import choose_core, core_problem
+    from inductor_gqa.plan.spec import BlockSpec
+
+    cases = [("W092 train 1024x4", BlockSpec(num_heads=96, num_kv_heads=8, head_dim=128,
+                                             core="explicit", scale=128 ** -0.5, causal=True),
+              torch.bfloat16, "highest", 1024, 4),
+             ("W092 train 293x4", BlockSpec(num_heads=96, num_kv_heads=8, head_dim=128,
+                                            core="explicit", scale=128 ** -0.5, causal=True),
+              torch.bfloat16, "highest", 293, 4)]
+    for prec in ("high", "highest"):
+        cases.append((f"W075 train {prec} 449x16",
+                      BlockSpec(num_heads=16, num_kv_heads=4, head_dim=64, core="explicit",
+                                scale=1.0, return_probs=True), torch.float32, prec, 449, 16))
+    for name, spec, dt, precision, s, b in cases:
+        h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+        before = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision(precision)
+        try:
+            mode = FakeTensorMode()
+            with mode:
+                t = dict.fromkeys(BWD_TENSORS)
+                t.update(q=torch.empty(b, s, h * d, dtype=dt),
+                         k=torch.empty(b, s, hk * d, dtype=dt),
+                         v=torch.empty(b, s, hk * d, dtype=dt),
+                         o=torch.empty(b, s, h * d, dtype=dt),
+                         grad_o=torch.empty(b, s, h * d, dtype=dt),
+                         stats=torch.empty(b * h * s * 2, dtype=torch.float32))
+                if spec.return_probs:
+                    t["probs"] = torch.empty(b, h, s, s, dtype=dt)
+                    t["grad_probs"] = torch.empty(b, h, s, s, dtype=dt)
+                p = dataclasses.replace(core_problem(t["q"], None), device=torch.device("cuda"),
+                                        gpu="NVIDIA H200", capability=(9, 0), num_sms=132)
+                plan = choose_core(spec, p, Options())
+                with recording() as launches:
+                    emit_core(plan, spec, {n: t[n] for n in FWD_TENSORS})
+                    emit_core_backward(plan, spec, t)
+        finally:
+            torch.set_float32_matmul_precision(before)
+        yield name, launches
 
 
 def _compile(job):
