@@ -262,7 +262,11 @@ def _selection(args, names, forms, impls):
             return ("models" in args.suites_list and row["model"] in args.models_list
                     and row["attn"] in args.model_attn_list
                     and row["impl"] in args.model_impls_list
+                    and row.get("task", "prefill") in args.model_tasks_list
                     and (row["batch"], row["seq"]) in args.model_shapes_list)
+        if k == "train_block":
+            return ("train" in args.suites_list and row["impl"] in args.train_impls_list
+                    and (row["seq"], row["batch"]) in args.train_cases_list)
         w = wl.WORKLOADS.get(row["workload"])
         if w is None or row["workload"] not in names or row["precision"] not in precs:
             return False

@@ -304,7 +304,11 @@ def test_run_selections_and_estimate():
     assert run.first_call_cases(a, wl.W075, "highest") == []       # one W075 precision
     assert run.first_call_cases(a, wl.W092, "bf16") == [(512, 4)]
     e = run.estimate(a)
-    assert e["total"] == pytest.approx(e["blocks"] + e["first-call"] + e["models"])
+    assert e["total"] == pytest.approx(e["blocks"] + e["first-call"] + e["models"]
+                                       + e["train"])
+    assert a.train_cases_list == list(wl.W092.cases) and a.model_tasks_list == ["prefill"]
+    assert a.train_impls_list == ["eager", "stock_static", "backend"]
+    assert a.train_options_dict == {"fuse_with_grad": True}
     assert e["total"] > a.deadline and "split it" in run.estimate_text(a)
     a = run.parse_args(["--precisions", "highest"])
     assert run.first_call_cases(a, wl.W075, "highest") == [(131, 1)]
@@ -321,6 +325,15 @@ def test_run_selections_and_estimate():
     assert run.first_call_cases(a, wl.W075, "high") == [run.SMOKE_CASES["W075"][0]]
     with pytest.raises(SystemExit):
         run.parse_args(["--impls", "fast"])
+    with pytest.raises(SystemExit):
+        run.parse_args(["--model-tasks", "finetune"])
+    a = run.parse_args(["--suites", "train", "--train-cases", "14,128x4",
+                        "--train-options", '{"training_core": "kernels"}'])
+    assert a.train_cases_list == [(2048, 1), (128, 4)]
+    assert a.train_options_dict == {"fuse_with_grad": True, "training_core": "kernels"}
+    scope = run._selection(a, ["W092"], ["fn"], ["backend"])
+    train_row = dict(kind="train_block", workload="W092", impl="backend", seq=2048, batch=1)
+    assert scope(train_row) and not scope(dict(train_row, seq=512)) and not scope(row())
     scope = run._selection(run.parse_args(["--workloads", "W075", "--suites", "blocks"]),
                            ["W075"], ["fn"], ["backend"])
     assert scope(row()) and not scope(row(form="module")) and not scope(frow())
