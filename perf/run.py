@@ -184,11 +184,9 @@ def parse_args(argv=None):
     if a.model_layers is None:
         a.model_layers = 2 if a.smoke else models.LAYERS
     from perf import train
-    if a.smoke:
-        a.train_cases_list = list(SMOKE_CASES["W092"])
-    else:
-        from inductor_gqa.workloads import W092
-        a.train_cases_list = select_cases(a.train_cases, W092.cases)
+    from inductor_gqa.workloads import W092
+    a.train_cases_list = select_cases(a.train_cases, SMOKE_CASES["W092"] if a.smoke
+                                      else W092.cases)
     a.train_options_dict = dict(train.GRAD_OPTIONS, **json.loads(a.train_options or "{}"))
     a.train_impls_list = [stats.IMPL_ALIASES.get(i, i)
                           for i in split(a.train_impls or ",".join(train.TRAIN_IMPLS))]

@@ -645,7 +645,7 @@ def markdown_report(result: dict) -> str:
 
 # ----------------------------------------------------------------------------------------- schema
 REQUIRED_OK = {"block": ("gpu_us", "sol_us", "spread"), "first_call": ("first_call_s",),
-               "model": ("plain_us",)}
+               "model": ("plain_us",), "train_block": ("plain_us",)}
 
 
 def validate(result: dict) -> list[str]:

@@ -1,5 +1,5 @@
 """The perf job end to end on the CPU at tiny sizes (``python -m perf.run --smoke``): every row
-kind (block, first_call in fresh processes, model), results.json/md, the gate, and the offline
+kind (block, first_call in fresh processes, model, train_block), results.json/md, the gate, and the offline
 gate against the committed baseline. About 35-45 s on two cores."""
 
 import json
@@ -24,7 +24,8 @@ def smoke(tmp_path_factory):
     cmd = [sys.executable, "-m", "perf.run", "--smoke", "--device", "cpu", "--workloads", "W075",
            "--cases", "0", "--impls", "eager,stock_static,backend", "--first-call-impls",
            "backend", "--models", "llama", "--model-attn", "sdpa", "--model-shapes", "1x16",
-           "--model-layers", "1", "--out", str(out)]
+           "--model-layers", "1", "--train-cases", "1", "--train-impls", "stock_static,backend",
+           "--out", str(out)]
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     return p, out
 
@@ -37,7 +38,7 @@ def test_smoke_run_writes_every_row_kind(smoke):
     doc = json.loads((out / "results.json").read_text())
     assert stats.validate(doc) == [], log[-2000:]
     rows = doc["rows"]
-    assert {stats.kind(r) for r in rows} == {"block", "first_call", "model"}
+    assert {stats.kind(r) for r in rows} == {"block", "first_call", "model", "train_block"}
     bad = [(stats.row_key(r), r.get("status"), r.get("error")) for r in rows
            if r.get("status") != "ok"]
     assert not bad, bad
@@ -56,11 +57,14 @@ def test_smoke_run_writes_every_row_kind(smoke):
     ours = models["backend"]
     assert ours["layers"] == 1 and ours["blocks_seen"] == 1 and ours["check"]["passed"]
     assert ours["gpu_us"] > 0 and ours["plain_us"] > 0
+    train = {r["impl"]: r for r in rows if stats.kind(r) == "train_block"}
+    assert set(train) == {"stock_static", "backend"} and train["backend"]["fused"]
+    assert train["backend"]["check"]["passed"] and train["backend"]["plain_us"] > 0
     g = doc["gate"]
     assert g["ok"] == (p.returncode == 0) and not g["baseline"]
     md = (out / "results.md").read_text()
-    for part in ("## Summary", "Block host time", "## First calls", "## Models", "## Gate",
-                 "**Smoke run**"):
+    for part in ("## Summary", "Block host time", "## First calls", "## Models",
+                 "## Training steps", "## Gate", "**Smoke run**"):
         assert part in md, part
 
 
