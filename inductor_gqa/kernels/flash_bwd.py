@@ -223,13 +223,16 @@ def bwd_dkdv_kernel(
         Q, K, V, DO, LSE, MROW, DELTA, MASK, DP, DK, DV,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sv_d, sdo_b, sdo_h, sdo_s,
         sm_b, sm_h, sm_q, sm_k, sdp_b, sdp_h, sdp_s, sdk_b, sdk_h, sdk_s, dk_col, dv_col,
-        H, G, S, qscale, mask_fill, window, softcap, kscale,
+        H, G, S, qscale, mask_fill, window, softcap, kscale, split, sdk_part,
         D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, PREC: tl.constexpr,
         UPCAST: tl.constexpr, NAN_ROWS: tl.constexpr, WINDOW: tl.constexpr,
         SOFTCAP: tl.constexpr, DPROBS: tl.constexpr, KV_SHARED: tl.constexpr,
         TWO_STATS: tl.constexpr, FILL_INF: tl.constexpr = 0):
-    """dK, dV of one key tile of one KV head, summed over the G query heads of its group.
+    """dK, dV of one key tile of one KV head, summed over the G query heads of its group, or
+    over one of ``split`` equal parts of the group (program (key tile, (b*Hkv + kv head) *
+    split + part)), written as that part's partial sums sdk_part elements apart (the host adds
+    the parts: more programs where B * Hkv * key tiles is small next to the GPU).
     KV_SHARED: dK and dV are column slices of one buffer DK (at dk_col and dv_col)."""
     qscale = tl.cast(qscale, tl.float32)
     mask_fill = tl.cast(mask_fill, tl.float32)
@@ -238,7 +241,9 @@ def bwd_dkdv_kernel(
     if FILL_INF != 0:
         mask_fill = FILL_INF * float("inf")
     start_n = tl.program_id(0)
-    bkv = tl.program_id(1)
+    bkv = tl.program_id(1) // split
+    part = tl.program_id(1) - bkv * split
+    gps = G // split
     HKV = H // G
     b = bkv // HKV
     kvh = bkv - b * HKV
@@ -271,7 +276,7 @@ def bwd_dkdv_kernel(
     else:
         hi = S
     kj = offs_n[:, None]
-    for g in range(G):
+    for g in range(part * gps, part * gps + gps):
         h = kvh * G + g
         bh = b * H + h
         q_base = Q + b64 * sq_b + h * sq_h + offs_d[None, :]
@@ -323,7 +328,7 @@ def bwd_dkdv_kernel(
         # eager's probabilities of a wholly masked row are NaN for every key, and so is dV of
         # its KV head: look for such rows among the query tiles skipped above
         empty = tl.zeros([BLOCK_M], tl.int32)
-        for g in range(G):
+        for g in range(part * gps, part * gps + gps):
             row0 = (b * H + kvh * G + g).to(tl.int64) * S
             for start_m in range(0, lo, BLOCK_M):
                 offs_m = start_m + offs_mb
@@ -340,7 +345,8 @@ def bwd_dkdv_kernel(
         dv_base = DK
     else:
         dv_base = DV
-    row_off = b64 * sdk_b + kvh * sdk_h + offs_n[:, None].to(tl.int64) * sdk_s + offs_d[None, :]
+    row_off = (part.to(tl.int64) * sdk_part + b64 * sdk_b + kvh * sdk_h
+               + offs_n[:, None].to(tl.int64) * sdk_s + offs_d[None, :])
     tl.store(DK + dk_col + row_off, dk.to(DK.dtype.element_ty), mask=nd)
     tl.store(dv_base + dv_col + row_off, dv.to(DK.dtype.element_ty), mask=nd)
 
@@ -440,6 +446,22 @@ def bwd_dq_kernel(
 
 
 # ------------------------------------------------------------------------------------- host
+MIN_DKDV_PROGRAMS = 512     # about four per multiprocessor of an H100/H200
+
+
+def group_split(groups: int, programs: int) -> int:
+    """The smallest divisor of the group that gives the dK/dV launch MIN_DKDV_PROGRAMS
+    programs (its grid is key tiles x B x Hkv: W092 at 2048x1 is 16 x 8 = 128 programs, each
+    looping over 12 query heads); 1 where the size is symbolic."""
+    programs = static_int(programs)
+    if programs is None or programs >= MIN_DKDV_PROGRAMS:
+        return 1
+    for d in range(1, groups + 1):
+        if groups % d == 0 and programs * d >= MIN_DKDV_PROGRAMS:
+            return d
+    return groups
+
+
 def _strides3(x, what):
     t, s = x[0], x[1]
     if len(s) != 3:
@@ -450,7 +472,7 @@ def _strides3(x, what):
 def launch(q, k, v, o, do, *, batch, seq, num_heads, groups, head_dim, scale, causal, prec, cfg,
            ml=None, lse=None, mask=None, mask_kind=0, mask_fill=float("-inf"), window=0,
            softcap=0.0, empty_zero=False, upcast=False, probs=None, dprobs=None, dqkv=None,
-           grad_dtype=None):
+           grad_dtype=None, split=None):
     """The attention backward: three launches; returns (dq, dk, dv), or (dqkv,) when ``dqkv``
     is given.
 
@@ -465,7 +487,9 @@ def launch(q, k, v, o, do, *, batch, seq, num_heads, groups, head_dim, scale, ca
     Gradients are written new: dq [B*S, H*D], dk and dv [B*S, Hkv*D] contiguous, in
     ``grad_dtype`` (default q's dtype); or, with ``dqkv``, a whole [B*S, ld] buffer (unit column
     stride) taking dq, dk, dv as its column blocks [0, H*D), [H*D, H*D + Hkv*D), and the next
-    Hkv*D columns (the fused QKV projection's layout)."""
+    Hkv*D columns (the fused QKV projection's layout). ``split``: how many parts of each KV
+    group the dK/dV kernel spreads over programs (their float32 partial sums are then added;
+    default ``group_split``; 1 with ``dqkv``)."""
     if (ml is None) == (lse is None):
         raise ValueError("flash_bwd.launch: pass exactly one of ml (max, sum) and lse")
     if (dprobs is None) != (probs is None):
@@ -541,16 +565,27 @@ def launch(q, k, v, o, do, *, batch, seq, num_heads, groups, head_dim, scale, ca
             bwd_dkdv_kernel, (cdiv(seq, cfg.kv_n), batch * hk), ["DK"], num_warps=cfg.warps,
             num_stages=cfg.stages, DK=dqkv, DV=dqkv, sdk_b=seq * ld, sdk_h=d, sdk_s=ld,
             dk_col=h * d, dv_col=(h + hk) * d, kscale=kscale, BLOCK_M=cfg.kv_m,
-            BLOCK_N=cfg.kv_n, KV_SHARED=True, **common)
+            BLOCK_N=cfg.kv_n, KV_SHARED=True, split=1, sdk_part=0, **common)
         dq_t, sdq = dqkv, (seq * ld, d, ld)
     else:
-        dk = torch.empty((batch * seq, hk * d), device=dev, dtype=gdt)
-        dv = torch.empty((batch * seq, hk * d), device=dev, dtype=gdt)
+        split = group_split(groups, cdiv(seq, cfg.kv_n) * batch * hk) if split is None else split
+        if groups % split:
+            raise ValueError(f"flash_bwd.launch: split {split} must divide the group {groups}")
+        # split parts: float32 partial sums, added below
+        pdt = gdt if split == 1 else torch.float32
+        rows_kv = batch * seq
+        dk = torch.empty((split, rows_kv, hk * d), device=dev, dtype=pdt)
+        dv = torch.empty((split, rows_kv, hk * d), device=dev, dtype=pdt)
         dk, dv = _launch(
-            bwd_dkdv_kernel, (cdiv(seq, cfg.kv_n), batch * hk), ["DK", "DV"],
+            bwd_dkdv_kernel, (cdiv(seq, cfg.kv_n), batch * hk * split), ["DK", "DV"],
             num_warps=cfg.warps, num_stages=cfg.stages, DK=dk, DV=dv, sdk_b=seq * hk * d,
             sdk_h=d, sdk_s=hk * d, dk_col=0, dv_col=0, kscale=kscale, BLOCK_M=cfg.kv_m,
-            BLOCK_N=cfg.kv_n, KV_SHARED=False, **common)
+            BLOCK_N=cfg.kv_n, KV_SHARED=False, split=split, sdk_part=rows_kv * hk * d,
+            **common)
+        if split == 1:
+            dk, dv = dk[0], dv[0]
+        else:
+            dk, dv = dk.sum(0).to(gdt), dv.sum(0).to(gdt)
         dq_t = torch.empty((batch * seq, h * d), device=dev, dtype=gdt)
         sdq = (seq * h * d, d, h * d)
     # 3. dQ

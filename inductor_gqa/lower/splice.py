@@ -28,11 +28,15 @@ def expand(graph: Graph, call: Node, plan: Plan, spec: BlockSpec) -> None:
     replace_call(graph, call, TENSOR_ARGS, lambda t: emit(plan, spec, t))
 
 
-def replace_call(graph: Graph, call: Node, names, build, decompose: bool = True) -> None:
+def replace_call(graph: Graph, call: Node, names, build, decompose: bool = True,
+                 differentiable: bool = False) -> None:
     """Replace ``call`` by the traced graph of ``build(t)``, where ``t`` maps ``names`` to the
     fake values of the call's first ``len(names)`` arguments (None where absent); ``build``
     returns one value per output of the call. ``decompose``: with Inductor's decompositions
-    (a joint graph's form; before autograd the graph was traced with them too)."""
+    (a joint graph's form; before autograd the graph was traced with them too).
+    ``differentiable`` (a graph before autograd): floating-point values are traced as requiring
+    grad, so that composite ops decompose as they will be differentiated (SDPA keeps its
+    log-sum-exp for the backward only when an input requires grad)."""
     from torch._dispatch.python import enable_python_dispatcher
     from torch._inductor.decomposition import select_decomp_table
     from torch.fx.traceback import preserve_node_meta
@@ -48,7 +52,10 @@ def replace_call(graph: Graph, call: Node, names, build, decompose: bool = True)
         return tuple(build(t))
 
     fake_mode = detect_fake_mode(vals)
-    with fake_mode, enable_python_dispatcher(), preserve_node_meta():
+    with fake_mode, enable_python_dispatcher(), preserve_node_meta(), \
+            torch.set_grad_enabled(differentiable):
+        if differentiable:
+            vals = [v.detach().requires_grad_(v.is_floating_point()) for v in vals]
         traced = make_fx(block, select_decomp_table() if decompose else None,
                          tracing_mode="real")(*vals)
     traced.graph.eliminate_dead_code()

@@ -60,7 +60,8 @@ def expand_for_training(graph: Graph, options: Options) -> int:
         # plain ATen, every op differentiable (Inductor's decompositions would write casts
         # as prims, which have no autograd formula)
         replace_call(graph, call, TENSOR_ARGS,
-                     lambda t, spec=spec: training_form(spec, t, options), decompose=False)
+                     lambda t, spec=spec: training_form(spec, t, options), decompose=False,
+                     differentiable=True)
     if calls:
         graph.eliminate_dead_code()
         graph.lint()
