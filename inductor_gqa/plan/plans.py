@@ -247,10 +247,11 @@ def _fp16_copies(spec: BlockSpec, p: Problem, options, tables) -> Optional[Fp16C
         return None
     parts = (spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim,
              spec.num_kv_heads * spec.head_dim)
-    # Inductor's C++ wrapper (and AOTInductor, which uses it) gets pointer loads: host-built
-    # tensor descriptors fail at launch there on torch 2.11
-    from torch._inductor import config as inductor_config
-    tma = not inductor_config.cpp_wrapper
+    # pointer loads, not host-built tensor descriptors: on torch 2.11 Inductor fails on those
+    # in both wrappers (C++: at launch; Python: while lowering the kernel call, "KeyError:
+    # 'a_desc STRIDE PLACEHOLDER 0'", W075 131x1 on an H100, perf/results/nvidia-h100/
+    # train-82fd618/modes.json), while the pointer-load form passed there under the C++ wrapper
+    tma = False
     proj = cfgs.choose_projection(tables, p.rows_hint, parts, spec.head_dim, p.rows_static,
                                   tma)
     if proj is None:
