@@ -76,12 +76,17 @@ class BackwardConfig:
     pre_m: int = 64
 
 
-# untuned starting points for the H200, none measured yet (shared memory per config on sm_90:
-# tests/kernels/sm90_compile.py --only bwd --candidates --shared); the first that fits the
-# estimate below is the default
+# Not timed yet. Ordered so that the first config that fits the shared-memory estimate keeps
+# every value in registers: ptxas for sm_90 reports no local memory (spills) for the training
+# shapes of W092 (bf16, head_dim 128) and W075 (float32, head_dim 64, TF32 and 3xTF32) with the
+# first entries below, where the earlier 4-warp (32, 128, 128, 32) and (32, 64, 64, 32) configs
+# spilled 1-3 KB per thread in dK/dV and dQ (tests/kernels/sm90_compile.py compiles them; an
+# H100 step of W092 at 2048x1 with the spilling config spent ~5.4 ms in its backward, stock 4.2)
 B = BackwardConfig
-B16_CONFIGS = [B(32, 128, 128, 32, 4, 3), B(64, 128, 128, 64, 8, 2), B(32, 64, 64, 32, 4, 2)]
-F32_CONFIGS = [B(32, 64, 64, 32, 4, 2), B(32, 32, 32, 32, 4, 2), B(16, 32, 32, 16, 4, 1)]
+B16_CONFIGS = [B(32, 64, 64, 32, 8, 2), B(32, 128, 128, 32, 8, 3), B(32, 64, 64, 32, 4, 2)]
+F32_CONFIGS = [B(32, 64, 64, 32, 8, 2), B(32, 32, 32, 32, 4, 2), B(16, 32, 32, 16, 4, 1)]
+# 3xTF32 and full float32 products need more registers per tile
+F32X3_CONFIGS = [B(16, 32, 32, 16, 4, 1)]
 INTERPRET_CONFIG = B(32, 32, 32, 32, 4, 1)
 _SMEM_BUDGET = 200 * 1024
 
@@ -95,13 +100,17 @@ def smem_estimate(c: BackwardConfig, head_dim: int, elem: int) -> int:
     return max(dkdv, dq)
 
 
-def choose_config(head_dim: int, dtype: torch.dtype) -> BackwardConfig:
-    """The default config for a head size and operand dtype (the first candidate that fits)."""
+def choose_config(head_dim: int, dtype: torch.dtype, prec: str = "tf32") -> BackwardConfig:
+    """The default config for a head size, operand dtype and float32 product precision (the
+    first candidate that fits)."""
     from .launch import interpreting
     if interpreting():
         return INTERPRET_CONFIG
     elem = 4 if dtype == torch.float32 else 2
-    cands = F32_CONFIGS if elem == 4 else B16_CONFIGS
+    if elem == 4:
+        cands = F32_CONFIGS if prec == "tf32" else F32X3_CONFIGS
+    else:
+        cands = B16_CONFIGS
     for c in cands:
         if smem_estimate(c, head_dim, elem) <= _SMEM_BUDGET:
             return c

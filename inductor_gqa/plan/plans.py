@@ -329,7 +329,7 @@ def choose_core(spec: BlockSpec, p: Problem, options, runtime_scale: bool = Fals
         attention = AttentionPlan("online", cfgs.choose_attention(kind="online", mode=0,
                                                                   **common))
     return CorePlan(prec=prec, attention=attention,
-                    backward=choose_backward(spec.head_dim, p.dtype))
+                    backward=choose_backward(spec.head_dim, p.dtype, prec))
 
 
 def library_core(spec: BlockSpec, q, options) -> bool:

@@ -279,8 +279,9 @@ def _backward_launches(candidates: bool = False):
     for name, dtype, h, hk, d, s, b, prec, fa, nr in _backward_cases():
         dt = getattr(torch, dtype)
         m = b * s
-        default = flash_bwd.choose_config(d, dt)
-        pool = flash_bwd.F32_CONFIGS if dt == torch.float32 else flash_bwd.B16_CONFIGS
+        default = flash_bwd.choose_config(d, dt, prec)
+        pool = ((flash_bwd.F32_CONFIGS if prec == "tf32" else flash_bwd.F32X3_CONFIGS)
+                if dt == torch.float32 else flash_bwd.B16_CONFIGS)
         cfgs = [default] + ([c for c in pool if c != default and flash_bwd.smem_estimate(
             c, d, dt.itemsize) <= flash_bwd._SMEM_BUDGET] if candidates else [])
         mode = FakeTensorMode()
@@ -438,8 +439,28 @@ def compile_one(job):
     try:
         k = _compile(job)
     except Exception as e:  # noqa: BLE001
-        return job[0], f"{type(e).__name__}: {str(e)[-600:]}", None
-    return job[0], None, k.metadata.shared
+        return job[0], f"{type(e).__name__}: {str(e)[-600:]}", None, None
+    return job[0], None, k.metadata.shared, _local_bytes(k)
+
+
+def _local_bytes(k) -> int:
+    """Bytes of local memory per thread (register spills) ptxas gave the kernel."""
+    import subprocess
+    import tempfile
+
+    import triton
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                        "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+    m = re.search(r"STACK:(\d+)", out)
+    return int(m.group(1)) if m else -1
+
+
+# the launches that must not spill (their configs were chosen by this report, no GPU timing yet)
+NO_SPILLS = ("bwd_dkdv_kernel [", "bwd_dq_kernel [")
 
 
 def _sass(k) -> str:
@@ -495,20 +516,23 @@ def main(argv=None) -> int:
             if a.inspect in job[0]:
                 print(inspect(job))
         return 0
-    failed, too_big = [], []
+    failed, too_big, spills = [], [], []
     with concurrent.futures.ProcessPoolExecutor(a.jobs) as pool:
-        for name, err, shared in pool.map(compile_one, todo):
+        for name, err, shared, local in pool.map(compile_one, todo):
             if a.shared and not err:
                 print(f"{shared:7d} B  {name}")
             if err:
                 failed.append(f"FAILED {name}: {err}")
             elif shared > SMEM_PER_BLOCK:
                 too_big.append(f"over shared memory ({shared} B) {name}")
-    for line in too_big + failed:
+            elif local and name.startswith(NO_SPILLS) and " train " in name:
+                spills.append(f"spills {local} B per thread: {name}")
+    for line in too_big + failed + spills:
         print(line)
     print(f"{len(todo)} kernels compiled for sm_90 in {time.time() - t0:.0f}s: "
-          f"{len(failed)} failed, {len(too_big)} need more shared memory than a block has")
-    return 1 if failed or too_big else 0
+          f"{len(failed)} failed, {len(too_big)} need more shared memory than a block has, "
+          f"{len(spills)} training backward kernels spill")
+    return 1 if failed or too_big or spills else 0
 
 
 if __name__ == "__main__":
