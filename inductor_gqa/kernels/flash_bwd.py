@@ -28,7 +28,9 @@ Kernels (three launches, the FlashAttention-2 structure):
      while the program loops over the query tiles of all G query heads of its KV head, so dK and
      dV are summed over the group in float32 without atomics and repeat_kv never exists. Computed
      transposed (S^T = K Q^T, P^T, dP^T = V dO^T), so every product's left operand is already in
-     registers: dV += P^T dO, dK += dS^T Q.
+     registers: dV += P^T dO, dK += dS^T Q. Where key tiles x B x Hkv gives few programs (W092:
+     8 KV heads of 12 query heads each), the group is split over ``split`` programs whose
+     float32 partial sums are added afterwards (``group_split``).
   3. ``bwd_dq_kernel``, programs (query tile, b*H + h): loops over the key tiles, dQ += dS K.
   With P = exp2(t - lse) recomputed from q, k (t: the forward's scores in log2 units, same
   masks in the same order) and dP = dO V^T (+ dP_extra): dS = P * (dP - D), times the softcap
