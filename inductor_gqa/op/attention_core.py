@@ -91,8 +91,8 @@ def row_stats(q, k, attn_mask, runtime_scale, spec: BlockSpec) -> torch.Tensor:
     t = torch.where(s.isinf(), s, (s * math.log2(math.e)).clamp(-fmax, fmax))
     m = t.amax(-1)
     m_use = torch.where(m == float("-inf"), torch.zeros_like(m), m)
-    l = torch.exp2(t - m_use[..., None]).sum(-1)
-    return torch.stack((m, l), -1).reshape(-1)
+    total = torch.exp2(t - m_use[..., None]).sum(-1)
+    return torch.stack((m, total), -1).reshape(-1)
 
 
 @torch.library.custom_op(FWD_NAME, mutates_args=())
@@ -102,9 +102,7 @@ def attention_core(
     core: str, scale: float, scale_op: str, causal: bool, window: int, softcap: float, mask: str,
     mask_fill: float, return_probs: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    spec = BlockSpec(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-                     core=core, scale=scale, scale_op=scale_op, causal=causal, window=window,
-                     softcap=softcap, mask=mask, mask_fill=mask_fill, return_probs=return_probs)
+    spec = BlockSpec(**{f: v for f, v in locals().items() if f in CORE_FIELDS})  # the scalars
     with torch.no_grad():
         o, p = _forward(q, k, v, attn_mask, runtime_scale, spec)
         stats = row_stats(q, k, attn_mask, runtime_scale, spec)
@@ -132,9 +130,7 @@ def attention_core_backward(
     """(dq, dk, dv) in q's, k's and v's layouts. The reference: the vector-Jacobian product of
     the reference forward (``o``, ``stats`` and ``probs`` are the kernels' inputs, unused
     here)."""
-    spec = BlockSpec(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-                     core=core, scale=scale, scale_op=scale_op, causal=causal, window=window,
-                     softcap=softcap, mask=mask, mask_fill=mask_fill, return_probs=return_probs)
+    spec = BlockSpec(**{f: v for f, v in locals().items() if f in CORE_FIELDS})  # the scalars
 
     def fwd(q_, k_, v_):
         o_, p_ = _forward(q_, k_, v_, attn_mask, runtime_scale, spec)
