@@ -107,6 +107,14 @@ def check_logits(out: torch.Tensor, ref: torch.Tensor, seq: int, batch: int) -> 
     return wl.check(out, ref, wl.atol(wl.W092, seq, batch), wl.W092.rtol)
 
 
+def fusion_counts(c) -> dict:
+    """A model row's fusion figures from the pass's counters of its compilation."""
+    return {"fused_layers": int(c.get("blocks_fused", 0)),
+            "blocks_seen": int(c.get("blocks_seen", 0)),
+            "rejected": {k[len("rejected: "):]: int(n) for k, n in c.items()
+                         if k.startswith("rejected")}}
+
+
 def _ids(vocab: int, b: int, s: int, device, seed: int) -> torch.Tensor:
     g = torch.Generator(device="cpu")
     g.manual_seed(seed)
@@ -190,11 +198,7 @@ def _run_shape(args, model, base, extra, b, s, impls, rows, variants, device, ov
                     _, v["compile_s"] = bench.wall(call, device)
                     row["inproc_first_s"] = v["compile_s"]
                     if impl != "eager":
-                        c = counters["inductor_gqa"]
-                        row["fused_layers"] = int(c.get("blocks_fused", 0))
-                        row["blocks_seen"] = int(c.get("blocks_seen", 0))
-                        row["rejected"] = {k[len("rejected: "):]: int(n) for k, n in c.items()
-                                           if k.startswith("rejected")}
+                        row.update(fusion_counts(counters["inductor_gqa"]))
                     v["graphs"] = counters["stats"]["unique_graphs"] - graphs0
                     row["graphs"] = v["graphs"]
                     if impl != "eager" and args.check_rounds:

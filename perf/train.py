@@ -21,6 +21,7 @@ gradient's elements.
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from typing import Callable
 
@@ -63,6 +64,28 @@ def compile_for_training(impl: str, fn, options=None):
         return torch.compile(fn, backend="inductor_gqa", dynamic=False,
                              options=options or GRAD_OPTIONS)
     raise ValueError(f"no training step for implementation {impl!r}")
+
+
+@contextlib.contextmanager
+def _variant(row: dict, v: dict, device):
+    """One implementation's compilation and timings: an error goes into its row and variant
+    (the suite goes on); Dynamo's caches and the allocator's are emptied after it."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001
+        row["error"] = v["error"] = f"{type(e).__name__}: {e}"[:1000]
+        v["status"] = "error"
+        traceback.print_exc()
+    finally:
+        torch._dynamo.reset()
+        if bench.is_cuda(device):
+            torch.cuda.empty_cache()
+
+
+def _check_cell(results: list, rounds: int) -> dict:
+    """The row's ``check`` from ``grad_check`` results, one per round."""
+    return {"passed": all(ok for ok, _ in results), "min_frac": min(f for _, f in results),
+            "rounds": rounds, "rule": "grad"}
 
 
 def measure_step(row: dict, step: Callable[[], object], forward: Callable[[], object], args,
@@ -134,7 +157,7 @@ def run_blocks(args, rows: list, variants: list, device, over_deadline, log, sav
             variants.append(v)
             torch._dynamo.reset()
             counters["inductor_gqa"].clear()
-            try:
+            with _variant(row, v, device):
                 call = compile_for_training(impl, fn, args.train_options_dict)
                 leaves, cot = fresh(0)
                 step = make_step(call, leaves, cot)
@@ -142,11 +165,9 @@ def run_blocks(args, rows: list, variants: list, device, over_deadline, log, sav
                 row["inproc_first_s"] = v["compile_s"]
                 row["fused"] = counters["inductor_gqa"].get("blocks_fused", 0) > 0
                 if args.check_rounds:
-                    results = [grad_check(make_step(call, *c)(), ref)
-                               for c, ref in zip(checks, refs)]
-                    row["check"] = {"passed": all(ok for ok, _ in results),
-                                    "min_frac": min(f for _, f in results),
-                                    "rounds": args.check_rounds, "rule": "grad"}
+                    row["check"] = _check_cell([grad_check(make_step(call, *c)(), ref)
+                                                for c, ref in zip(checks, refs)],
+                                               args.check_rounds)
                 measure_step(row, step, lambda: call(**leaves), args, device)
                 detached = {k: t.detach() for k, t in leaves.items()}
                 with torch.no_grad():
@@ -155,14 +176,6 @@ def run_blocks(args, rows: list, variants: list, device, over_deadline, log, sav
                 row["fwd_grad_us"] = bench.device_time_us(
                     lambda: call(**leaves), device, args.replays, 1)[0]
                 row["status"] = "ok" if row.get("gpu_us") or row.get("plain_us") else "error"
-            except Exception as e:  # noqa: BLE001
-                row["error"] = v["error"] = f"{type(e).__name__}: {e}"[:1000]
-                v["status"] = "error"
-                traceback.print_exc()
-            finally:
-                torch._dynamo.reset()
-                if bench.is_cuda(device):
-                    torch.cuda.empty_cache()
             log(f"train W092 {stats.case_label(s, b)} {impl}: {row['status']} step gpu "
                 f"{row.get('gpu_us', float('nan')):.1f} us plain "
                 f"{row.get('plain_us', float('nan')):.1f} us peak "
@@ -189,7 +202,7 @@ def run_model_shape(args, model, base, extra, b, s, impls, rows, variants, devic
     ``model`` (B, S) differentiated against every parameter."""
     from torch._dynamo.utils import counters
 
-    from .models import _ids
+    from .models import _ids, fusion_counts
     vocab = model.config.vocab_size
     seed0 = args.seed * 100003 + 7919 * s + b + 17
     params = [p for p in model.parameters()]
@@ -221,35 +234,21 @@ def run_model_shape(args, model, base, extra, b, s, impls, rows, variants, devic
             variants.append(v)
             torch._dynamo.reset()
             counters["inductor_gqa"].clear()
-            try:
+            with _variant(row, v, device):
                 target = compile_for_training(impl, model, getattr(args, "train_options_dict",
                                                                    None))
                 step = make_step(target, ids)
                 _, v["compile_s"] = bench.wall(step, device)
                 row["inproc_first_s"] = v["compile_s"]
                 if impl != "eager":
-                    c = counters["inductor_gqa"]
-                    row["fused_layers"] = int(c.get("blocks_fused", 0))
-                    row["blocks_seen"] = int(c.get("blocks_seen", 0))
-                    row["rejected"] = {k[len("rejected: "):]: int(n) for k, n in c.items()
-                                       if k.startswith("rejected")}
+                    row.update(fusion_counts(counters["inductor_gqa"]))
                 if args.check_rounds and impl != "eager":
-                    results = [grad_check(make_step(target, x)(), ref)
-                               for x, ref in zip(checks, refs)]
-                    row["check"] = {"passed": all(ok for ok, _ in results),
-                                    "min_frac": min(f for _, f in results),
-                                    "rounds": args.check_rounds, "rule": "grad"}
+                    row["check"] = _check_cell([grad_check(make_step(target, x)(), ref)
+                                                for x, ref in zip(checks, refs)],
+                                               args.check_rounds)
                 measure_step(row, step, lambda: target(input_ids=ids, labels=ids,
                                                        use_cache=False).loss, args, device)
                 row["status"] = "ok" if row.get("gpu_us") or row.get("plain_us") else "error"
-            except Exception as e:  # noqa: BLE001
-                row["error"] = v["error"] = f"{type(e).__name__}: {e}"[:1000]
-                v["status"] = "error"
-                traceback.print_exc()
-            finally:
-                torch._dynamo.reset()
-                if bench.is_cuda(device):
-                    torch.cuda.empty_cache()
             log(f"model {base['model']}/{base['attn']} train {stats.case_label(s, b)} {impl}: "
                 f"{row['status']} step gpu {row.get('gpu_us', float('nan')):.1f} us plain "
                 f"{row.get('plain_us', float('nan')):.1f} us peak "

@@ -445,17 +445,7 @@ def compile_one(job):
 
 def _local_bytes(k) -> int:
     """Bytes of local memory per thread (register spills) ptxas gave the kernel."""
-    import subprocess
-    import tempfile
-
-    import triton
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
-                        "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
-    m = re.search(r"STACK:(\d+)", out)
+    m = re.search(r"STACK:(\d+)", _cuobjdump(k, "-res-usage"))
     return int(m.group(1)) if m else -1
 
 
@@ -463,7 +453,8 @@ def _local_bytes(k) -> int:
 NO_SPILLS = ("bwd_dkdv_kernel [", "bwd_dq_kernel [")
 
 
-def _sass(k) -> str:
+def _cuobjdump(k, flag: str) -> str:
+    """cuobjdump's output (``flag``: -sass, -res-usage) for a compiled kernel's cubin."""
     import subprocess
     import tempfile
 
@@ -473,7 +464,11 @@ def _sass(k) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.asm["cubin"])
         f.flush()
-        return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+        return subprocess.run([tool, flag, f.name], capture_output=True, text=True).stdout
+
+
+def _sass(k) -> str:
+    return _cuobjdump(k, "-sass")
 
 
 def inspect(job) -> str:

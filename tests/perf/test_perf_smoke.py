@@ -24,7 +24,8 @@ def smoke(tmp_path_factory):
     cmd = [sys.executable, "-m", "perf.run", "--smoke", "--device", "cpu", "--workloads", "W075",
            "--cases", "0", "--impls", "eager,stock_static,backend", "--first-call-impls",
            "backend", "--models", "llama", "--model-attn", "sdpa", "--model-shapes", "1x16",
-           "--model-layers", "1", "--train-cases", "1", "--train-impls", "stock_static,backend",
+           "--model-layers", "1", "--model-tasks", "prefill,train", "--train-cases", "1",
+           "--train-impls", "stock_static,backend",
            "--out", str(out)]
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     return p, out
@@ -52,8 +53,11 @@ def test_smoke_run_writes_every_row_kind(smoke):
     assert set(first) == {"cold", "warm"}
     assert first["cold"]["first_call_s"] > 0 and first["warm"]["first_call_s"] > 0
     assert first["cold"]["fx_cache_hits"] == 0 and first["cold"]["blocks_fused"] == 1
-    models = {r["impl"]: r for r in rows if stats.kind(r) == "model"}
+    models = {r["impl"]: r for r in rows if stats.kind(r) == "model" and r["task"] == "prefill"}
     assert set(models) == {"eager", "stock_static", "backend"}
+    trained = {r["impl"]: r for r in rows if stats.kind(r) == "model" and r["task"] == "train"}
+    assert set(trained) == {"eager", "stock_static", "backend"}
+    assert trained["backend"]["fused_layers"] == 1 and trained["backend"]["check"]["passed"]
     ours = models["backend"]
     assert ours["layers"] == 1 and ours["blocks_seen"] == 1 and ours["check"]["passed"]
     assert ours["gpu_us"] > 0 and ours["plain_us"] > 0
