@@ -107,6 +107,22 @@ def check_logits(out: torch.Tensor, ref: torch.Tensor, seq: int, batch: int) -> 
     return wl.check(out, ref, wl.atol(wl.W092, seq, batch), wl.W092.rtol)
 
 
+def open_row(rows: list, variants: list, base: dict, extra: dict, impl: str, s: int, b: int,
+             over_deadline, compile_s: float, row_s: float):
+    """A model row (and its variant) for one implementation at (B, S), appended: (row, variant),
+    or (row, None) with the row ``skipped`` when its compilation and timings would not fit
+    before the deadline (they must fit, not only start)."""
+    row = dict(base, impl=impl, seq=s, batch=b, status="error", **extra)
+    rows.append(row)
+    if over_deadline(compile_s + row_s if impl != "eager" else row_s):
+        row["status"] = "skipped"
+        return row, None
+    v = {"model": base["model"], "attn": base["attn"], "task": base["task"], "impl": impl,
+         "seq": s, "batch": b, "status": "ok", "compile_s": None, "graphs": None, "error": None}
+    variants.append(v)
+    return row, v
+
+
 def fusion_counts(c) -> dict:
     """A model row's fusion figures from the pass's counters of its compilation."""
     return {"fused_layers": int(c.get("blocks_fused", 0)),
@@ -174,16 +190,10 @@ def _run_shape(args, model, base, extra, b, s, impls, rows, variants, device, ov
                  for r in range(args.check_rounds)]
     refs: Optional[list] = None
     for impl in impls:
-        row = dict(base, impl=impl, seq=s, batch=b, status="error", **extra)
-        rows.append(row)
-        # a compilation must fit before the deadline, not only start before it
-        if over_deadline(EST_COMPILE_S + EST_ROW_S if impl != "eager" else EST_ROW_S):
-            row["status"] = "skipped"
+        row, v = open_row(rows, variants, base, extra, impl, s, b, over_deadline,
+                          EST_COMPILE_S, EST_ROW_S)
+        if v is None:
             continue
-        v = {"model": base["model"], "attn": base["attn"], "task": base["task"], "impl": impl,
-             "seq": s, "batch": b, "status": "ok", "compile_s": None, "graphs": None,
-             "error": None}
-        variants.append(v)
         torch._dynamo.reset()
         counters["inductor_gqa"].clear()
         graphs0 = counters["stats"]["unique_graphs"]

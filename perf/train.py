@@ -202,7 +202,7 @@ def run_model_shape(args, model, base, extra, b, s, impls, rows, variants, devic
     ``model`` (B, S) differentiated against every parameter."""
     from torch._dynamo.utils import counters
 
-    from .models import _ids, fusion_counts
+    from .models import _ids, fusion_counts, open_row
     vocab = model.config.vocab_size
     seed0 = args.seed * 100003 + 7919 * s + b + 17
     params = [p for p in model.parameters()]
@@ -224,14 +224,10 @@ def run_model_shape(args, model, base, extra, b, s, impls, rows, variants, devic
     try:
         refs = [make_step(model, x)() for x in checks]
         for impl in impls:
-            row = dict(base, impl=impl, seq=s, batch=b, status="error", **extra)
-            rows.append(row)
-            if over_deadline(EST_COMPILE_S + EST_ROW_S if impl != "eager" else EST_ROW_S):
-                row["status"] = "skipped"
+            row, v = open_row(rows, variants, base, extra, impl, s, b, over_deadline,
+                              EST_COMPILE_S, EST_ROW_S)
+            if v is None:
                 continue
-            v = {"model": base["model"], "attn": base["attn"], "task": "train", "impl": impl,
-                 "seq": s, "batch": b, "status": "ok", "compile_s": None, "error": None}
-            variants.append(v)
             torch._dynamo.reset()
             counters["inductor_gqa"].clear()
             with _variant(row, v, device):
