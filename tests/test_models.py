@@ -135,6 +135,25 @@ def test_dynamic_shapes_padded_eager():
     assert counters["stats"]["unique_graphs"] == 1
 
 
+@pytest.mark.parametrize("family,dynamic", [(f, False) for f in FAMILIES] + [
+    ("llama", True), ("phi3", True), ("gpt_neox", True)])
+def test_model_returning_its_cache(family, dynamic):
+    """A plain ``model(ids)`` (use_cache on, the default): the graph also returns the K/V cache,
+    through clones of k and v (a fused QKV projection's slices too); every layer is fused and
+    the returned cache equals eager's."""
+    impl = "sdpa" if family != "gemma2" else "eager"
+    model = build(family, impl)
+    ids, _ = inputs(padded=False)
+    compiled = torch.compile(model, backend=hf_models_light(), dynamic=dynamic)
+    with torch.no_grad():
+        out, ref = compiled(ids), model(ids)
+    assert {r.block for r in _history() if r.fused} == attention_paths(model)
+    assert _rel_err(out.logits, ref.logits) <= 1e-5
+    for layer, ref_layer in zip(out.past_key_values.layers, ref.past_key_values.layers):
+        torch.testing.assert_close(layer.keys, ref_layer.keys, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(layer.values, ref_layer.values, rtol=1e-5, atol=1e-6)
+
+
 def hf_models_light():
     from inductor_gqa.find import report
     from inductor_gqa.find.explain import light_backend

@@ -70,11 +70,13 @@ def _same_layout(a: Node, b: Node) -> bool:
 
 def _replace(node: Node, by: Node, view_of_same_base: bool = False) -> int:
     # A graph output keeps its own tensor: returning ``by`` instead would make the output alias
-    # another tensor (an input, say) where the traced program returned a fresh one. (A slice for
-    # a split's part is a view of the same base as the part: nothing changes.)
-    if not view_of_same_base and any(u.op == "output" for u in node.users):
+    # another tensor (an input, say) where the traced program returned a fresh one; its other
+    # users read ``by`` (a model returning its K/V cache clones them there). A slice for a
+    # split's part is a view of the same base as the part: nothing changes.
+    keep = (lambda u: u.op != "output") if not view_of_same_base else (lambda u: True)
+    if not any(keep(u) for u in node.users):
         return 0
-    node.replace_all_uses_with(by)
+    node.replace_all_uses_with(by, delete_user_cb=keep)
     return 1
 
 

@@ -99,6 +99,14 @@ def through_views(node: Node) -> Node:
     return node
 
 
+def through_clones(node: Node) -> Node:
+    """Skip clones upward (values unchanged): a model that returns its K/V cache clones the
+    projected k and v it also attends with, so that the returned tensors are its own."""
+    while _is_contig_clone(node):
+        node = node.args[0]
+    return node
+
+
 def _is_contig_clone(node) -> bool:
     return is_op(node, aten.clone.default) and node.kwargs.get("memory_format") in (
         None, torch.contiguous_format)
