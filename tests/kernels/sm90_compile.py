@@ -449,8 +449,12 @@ def _local_bytes(k) -> int:
     return int(m.group(1)) if m else -1
 
 
-# the launches that must not spill (their configs were chosen by this report, no GPU timing yet)
+# the training backward's launches and the spill they may have: on an H100 the W092 dK/dV
+# kernel at (64, 64) x 4 warps spilled 888 B per thread and was the fastest config measured
+# (half the time of a spill-free (32, 64) x 8 warps); the 2.9 KB spill of an earlier config
+# doubled the step (perf/results/nvidia-h100/train-*/README.md)
 NO_SPILLS = ("bwd_dkdv_kernel [", "bwd_dq_kernel [")
+MAX_SPILL = 1024
 
 
 def _cuobjdump(k, flag: str) -> str:
@@ -520,13 +524,13 @@ def main(argv=None) -> int:
                 failed.append(f"FAILED {name}: {err}")
             elif shared > SMEM_PER_BLOCK:
                 too_big.append(f"over shared memory ({shared} B) {name}")
-            elif local and name.startswith(NO_SPILLS) and " train " in name:
+            elif local > MAX_SPILL and name.startswith(NO_SPILLS) and " train " in name:
                 spills.append(f"spills {local} B per thread: {name}")
     for line in too_big + failed + spills:
         print(line)
     print(f"{len(todo)} kernels compiled for sm_90 in {time.time() - t0:.0f}s: "
           f"{len(failed)} failed, {len(too_big)} need more shared memory than a block has, "
-          f"{len(spills)} training backward kernels spill")
+          f"{len(spills)} training backward kernels spill over {MAX_SPILL} B")
     return 1 if failed or too_big or spills else 0
 
 
