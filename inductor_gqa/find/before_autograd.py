@@ -64,11 +64,37 @@ def applies(gm: GraphModule, example_inputs, options) -> bool:
     return ctx is not None and ctx.fake_mode is not None
 
 
+# Ops whose own derivative formulas AOTAutograd must still see: traced through their
+# decompositions, autograd would differentiate the pieces and keep their float32 intermediates
+# (a language model's log-softmax over its vocabulary, an MLP's SiLU), where stock keeps one
+# tensor. They are decomposed after autograd, as stock does.
+_KEEP_FOR_AUTOGRAD = frozenset((
+    "silu", "silu_", "gelu", "gelu_", "mish", "mish_", "softplus", "elu", "elu_", "celu",
+    "celu_", "selu", "leaky_relu", "leaky_relu_", "hardswish", "hardswish_", "hardtanh",
+    "hardtanh_", "prelu", "_prelu_kernel", "rrelu", "relu6",
+    "_log_softmax", "log_softmax", "special_log_softmax", "nll_loss", "nll_loss_forward",
+    "nll_loss2d", "nll_loss2d_forward", "nll_loss_nd", "cross_entropy_loss", "mse_loss",
+    "smooth_l1_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits",
+    "native_layer_norm", "layer_norm", "native_group_norm", "group_norm", "_fused_rms_norm",
+    "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+    "_native_batch_norm_legit_no_training", "_batch_norm_with_update",
+    "_batch_norm_with_update_functional", "_batch_norm_no_update", "cudnn_batch_norm",
+    "native_dropout", "embedding_bag",
+))
+
+
+def pre_autograd_decompositions() -> dict:
+    """Inductor's decompositions less the ops in ``_KEEP_FOR_AUTOGRAD``: the forms the block
+    recognizers read, with the rest of the model's autograd left as stock has it."""
+    from torch._inductor.decomposition import select_decomp_table
+    return {op: fn for op, fn in select_decomp_table().items()
+            if op.__name__.split(".")[0] not in _KEEP_FOR_AUTOGRAD}
+
+
 def fuse_before_autograd(gm: GraphModule, example_inputs, options) -> Optional[GraphModule]:
     """The graph traced to ATen with its blocks fused, or None to compile ``gm`` as it is (no
     block fused). Call where ``applies``."""
     ctx = torch._guards.TracingContext.try_get()
-    from torch._inductor.decomposition import select_decomp_table
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from ..graph_pass import run
@@ -84,7 +110,7 @@ def fuse_before_autograd(gm: GraphModule, example_inputs, options) -> Optional[G
         return torch.fx.Interpreter(gm).run(*args)
 
     with fake_mode, torch.fx.traceback.preserve_node_meta():
-        traced = make_fx(interpret, decomposition_table=select_decomp_table(),
+        traced = make_fx(interpret, decomposition_table=pre_autograd_decompositions(),
                          tracing_mode="real", _allow_non_fake_inputs=True)(*fakes)
     if run(traced.graph, options, lower=False) == 0:
         return None
