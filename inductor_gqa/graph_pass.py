@@ -120,7 +120,7 @@ def run(graph: Graph, options: Options, lower: bool = True) -> int:
         for a in found:
             rep.seen(a)
             rep.rejected(a, "inputs require grad", "call under torch.no_grad(), or opt in with "
-                         "Options(fuse_with_grad=True) (static shapes)")
+                         "Options(fuse_with_grad=True)")
         rep.summary()
         return 0
     canonicalize(graph)

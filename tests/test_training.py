@@ -5,7 +5,6 @@ Most cases use the light backend (AOTAutograd, the graphs run eagerly: the fused
 runs its reference, its backward recomputes it); a few go through ``backend="inductor_gqa"``,
 and one runs the forward's kernels in Triton's interpreter."""
 
-import logging
 
 import pytest
 import torch
@@ -84,17 +83,19 @@ def test_training_step_through_inductor(family, impl, padded):
     _assert_grads_equal(grads, ref_grads)
 
 
-def test_dynamic_shapes_with_grad_are_left_to_inductor(caplog):
+def test_dynamic_shapes_with_grad():
+    """dynamic=True: the blocks are fused with their sizes symbolic, and one graph serves every
+    length (the cache the model returns by default included)."""
     model = build("llama", "sdpa")
-    ids, mask = inputs(padded=False)
-    ref_loss, ref_grads = _step(model, ids, mask)
-    with caplog.at_level(logging.INFO, logger="inductor_gqa"):
-        loss, grads = _step(model, ids, mask, torch.compile(model, backend=light_backend(GRAD),
-                                                            dynamic=True))
-    assert "shapes are dynamic" in caplog.text
-    assert not counters["inductor_gqa_fused"]
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=0)
-    _assert_grads_equal(grads, ref_grads)
+    compiled = torch.compile(model, backend=light_backend(GRAD), dynamic=True)
+    for seq in (9, 6, 12):
+        ids, mask = inputs(padded=False, seq=seq)
+        ref_loss, ref_grads = _step(model, ids, mask)
+        loss, grads = _step(model, ids, mask, compiled)
+        torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=0)
+        _assert_grads_equal(grads, ref_grads)
+    assert set(counters["inductor_gqa_fused"]) == attention_paths(model)
+    assert counters["stats"]["unique_graphs"] == 1
 
 
 @pytest.fixture
@@ -113,20 +114,21 @@ def kernel_names(monkeypatch):
     return names
 
 
-@pytest.mark.parametrize("workload", ["W075", "W092"])
-def test_kernels_forward_and_backward(workload, kernel_names):
+@pytest.mark.parametrize("workload,lengths", [("W075", (19,)), ("W092", (19,)),
+                                              ("W092", (19, 23, 29))],
+                         ids=["W075", "W092", "W092-lengths"])
+def test_kernels_forward_and_backward(workload, lengths, kernel_names):
     """A block with weights and hidden states that require grad, its core lowered to the GPU
     kernels (Triton's interpreter): the forward graph runs flash.py storing its statistics, the
     backward graph flash_bwd.py (W075: with a gradient into the returned probabilities);
-    gradients equal eager's (W092 in bf16: the W092 rule's scale)."""
+    gradients equal eager's (W092 in bf16: the W092 rule's scale). Several lengths: Dynamo's
+    automatic dynamic shapes recompile once with the length symbolic, then reuse that graph."""
     w = wl.WORKLOADS[workload]
     fn = wl.workload_fn(w, 4, 2, 16)
-    inp = wl.make_inputs(w, 19, 2, hidden=64, num_heads=4, num_kv_heads=2, head_dim=16, seed=3)
-    train = [k for k, v in inp.items() if v.is_floating_point()
-             and k not in ("cos", "sin", "inv_freq")]
     backend = light_backend(Options(cpu_kernels=True, fuse_with_grad=True))
+    compiled = torch.compile(fn, backend=backend, dynamic=None if len(lengths) > 1 else False)
 
-    def grads(call):
+    def grads(call, inp, train):
         args = {k: (v.detach().clone().requires_grad_(k in train)) for k, v in inp.items()}
         out = call(**args)
         out, probs = out if isinstance(out, tuple) else (out, None)
@@ -139,14 +141,19 @@ def test_kernels_forward_and_backward(workload, kernel_names):
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     try:
-        ref = grads(fn)
-        ours = grads(torch.compile(fn, backend=backend, dynamic=False))
+        for seq in lengths:
+            inp = wl.make_inputs(w, seq, 2, hidden=64, num_heads=4, num_kv_heads=2, head_dim=16,
+                                 seed=3)
+            train = [k for k, v in inp.items() if v.is_floating_point()
+                     and k not in ("cos", "sin", "inv_freq")]
+            ref, ours = grads(fn, inp, train), grads(compiled, inp, train)
+            _assert_grads_equal(ours, ref, rtol=1e-4 if workload == "W075" else 0.05)
     finally:
         torch.set_float32_matmul_precision(before)
-    assert counters["inductor_gqa"]["blocks_fused"] == 1
+    assert counters["inductor_gqa"]["blocks_fused"] == min(len(lengths), 2)
+    assert counters["stats"]["unique_graphs"] == min(len(lengths), 2)
     assert {"gqa_attention_kernel", "bwd_preprocess_kernel", "bwd_dkdv_kernel",
             "bwd_dq_kernel"} <= kernel_names, kernel_names
-    _assert_grads_equal(ours, ref, rtol=1e-4 if workload == "W075" else 0.05)
 
 
 def test_block_left_unfused_with_grad_is_reported_once():

@@ -9,8 +9,9 @@ op. AOTAutograd then differentiates the graph (the core by its own formula, whos
 one op), and the joint-graph pass lowers the core's forward and backward calls to their kernels
 (``graph_pass.lower_fused_calls``).
 
-Opt-in (``Options(fuse_with_grad=True)``) until measured on a GPU. Static shapes only for now:
-the retrace would bake symbolic sizes into constants.
+Opt-in (``Options(fuse_with_grad=True)``) until whole models measure faster on a GPU. Symbolic
+sizes stay symbolic: the retrace runs in the tracing context's fake mode, whose shape environment
+holds Dynamo's symbols and guards, so one graph serves every length as for inference.
 """
 
 from __future__ import annotations
@@ -42,23 +43,10 @@ def _may_hold_a_block(gm: GraphModule) -> bool:
     return False
 
 
-def _symbolic(gm: GraphModule) -> bool:
-    for n in gm.graph.find_nodes(op="placeholder"):
-        v = n.meta.get("example_value", n.meta.get("val"))
-        if isinstance(v, torch.SymInt) or (
-                isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape)):
-            return True
-    return False
-
-
 def applies(gm: GraphModule, example_inputs, options) -> bool:
     """Whether this compilation's blocks are looked for before autograd (then the joint-graph
     pass only lowers what was fused here, and reports nothing twice)."""
     if not options.fuse_with_grad or not wants_grad(example_inputs) or not _may_hold_a_block(gm):
-        return False
-    if _symbolic(gm):
-        log.info("inductor_gqa: inputs require grad and shapes are dynamic: blocks left to "
-                 "stock Inductor (fusing with gradients needs static shapes for now)")
         return False
     ctx = torch._guards.TracingContext.try_get()
     return ctx is not None and ctx.fake_mode is not None
