@@ -28,6 +28,7 @@ from .find.rewrite import rewrite
 from .lower import expand
 from .lower.emit import emit_core, emit_core_backward
 from .lower.splice import replace_call
+from .lower.training import check_core
 from .op.attention_core import (BWD_TENSORS, FWD_TENSORS, N_BWD_TENSORS, N_FWD_TENSORS,
                                 spec_of_core_args)
 from .options import Options
@@ -110,8 +111,8 @@ def _requires_grad(graph: Graph) -> bool:
 
 def run(graph: Graph, options: Options, lower: bool = True) -> int:
     """Rewrite every attention block in ``graph``; returns how many were fused. ``lower=False``
-    (a graph before autograd): blocks become op calls, planned but not lowered, which
-    lower/training.py then writes in their training form."""
+    (a graph before autograd): blocks become op calls, not lowered, which lower/training.py
+    then writes in their training form; only their core needs kernels (``check_core``)."""
     found = anchors(graph)
     if not found:
         return 0
@@ -140,7 +141,10 @@ def run(graph: Graph, options: Options, lower: bool = True) -> int:
         plan = None
         if _has_kernels(values["x"], options):
             try:
-                plan = plan_for(match.spec, values, options)
+                if lower:
+                    plan = plan_for(match.spec, values, options)
+                else:       # the training form: only its core is ours
+                    check_core(match.spec, values, options)
             except Unsupported as u:
                 rep.rejected(anchor, "no kernel plan", u.reason)
                 continue

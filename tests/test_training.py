@@ -156,6 +156,20 @@ def test_kernels_forward_and_backward(workload, lengths, kernel_names):
             "bwd_dq_kernel"} <= kernel_names, kernel_names
 
 
+def test_block_without_an_inference_plan_trains_on_the_core_kernels(kernel_names):
+    """OLMo-2's norm over the whole projection has no inference plan, but a block with
+    gradients only needs kernels for its core: fused, the core's kernels run (interpreter)."""
+    model = build("olmo2", "sdpa")
+    ids, mask = inputs(padded=False)
+    ref_loss, ref_grads = _step(model, ids, mask)
+    backend = light_backend(Options(fuse_with_grad=True, cpu_kernels=True))
+    loss, grads = _step(model, ids, mask, torch.compile(model, backend=backend, dynamic=False))
+    assert set(counters["inductor_gqa_fused"]) == attention_paths(model)
+    assert {"gqa_attention_kernel", "bwd_dkdv_kernel"} <= kernel_names, kernel_names
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=0)
+    _assert_grads_equal(grads, ref_grads)
+
+
 def test_block_left_unfused_with_grad_is_reported_once():
     """Opted in, a block the recognizers refuse is reported with its own reason, before autograd,
     and not again by the joint-graph pass."""

@@ -22,9 +22,22 @@ from ..op import reference
 from ..op.attention_block import TENSOR_ARGS, spec_of_args
 from ..op.attention_core import call_attention_core, core_spec
 from ..options import Options
-from ..plan.plans import library_core
+from ..plan.plans import choose_core, core_problem, library_core
 from ..plan.spec import BlockSpec
 from .splice import replace_call
+
+
+def check_core(spec: BlockSpec, values: dict, options: Options) -> None:
+    """Raise ``Unsupported`` where the training form's core would have no kernels: neither the
+    library's attention nor ours (``values``: the block op's fake inputs). The rest of the
+    block is ATen, so this is all a block with gradients needs, not the inference plan."""
+    x = values["x"]
+    b, s, _ = x.shape
+    q = x.new_empty((b, s, spec.num_heads * spec.head_dim))
+    if values["runtime_scale"] is None and library_core(spec, q, options):
+        return
+    choose_core(core_spec(spec), core_problem(q, values["attn_mask"]), options,
+                runtime_scale=values["runtime_scale"] is not None)
 
 
 def training_form(spec: BlockSpec, t: dict, options: Options):
