@@ -249,8 +249,8 @@ def _fp16_copies(spec: BlockSpec, p: Problem, options, tables) -> Optional[Fp16C
              spec.num_kv_heads * spec.head_dim)
     # pointer loads, not host-built tensor descriptors: on torch 2.11 Inductor fails on those
     # in both wrappers (C++: at launch; Python: while lowering the kernel call, "KeyError:
-    # 'a_desc STRIDE PLACEHOLDER 0'", W075 131x1 on an H100, perf/results/nvidia-h100/
-    # train-82fd618/modes.json), while the pointer-load form passed there under the C++ wrapper
+    # 'a_desc STRIDE PLACEHOLDER 0'", W075 131x1 on an H100 at 82fd618), while the
+    # pointer-load form passes in both (perf/results/nvidia-h100/train-1b7665a/modes.json)
     tma = False
     proj = cfgs.choose_projection(tables, p.rows_hint, parts, spec.head_dim, p.rows_static,
                                   tma)
