@@ -58,6 +58,7 @@ def test_smoke_run_writes_every_row_kind(smoke):
     trained = {r["impl"]: r for r in rows if stats.kind(r) == "model" and r["task"] == "train"}
     assert set(trained) == {"eager", "stock_static", "backend"}
     assert trained["backend"]["fused_layers"] == 1 and trained["backend"]["check"]["passed"]
+    assert trained["backend"]["check"]["rule"] == "grad_vs_float32"
     ours = models["backend"]
     assert ours["layers"] == 1 and ours["blocks_seen"] == 1 and ours["check"]["passed"]
     assert ours["gpu_us"] > 0 and ours["plain_us"] > 0
