@@ -76,6 +76,8 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
     if core.kind == "explicit" and not options.fuse_explicit:
         raise Reject("disabled by options", "fuse_explicit=False")
 
+    # clones of q, k, v (a model returning its K/V cache clones what it also attends with)
+    q4 = through_clones(core.q)
     k4, rep_k = strip_repeat_kv(through_clones(core.k))
     v4, rep_v = strip_repeat_kv(through_clones(core.v))
     k4, v4 = through_clones(k4), through_clones(v4)
@@ -94,10 +96,10 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
         raise Reject("unsupported head_dim", f"head_dim {d} not in {options.head_dims}")
 
     # RoPE (same cos/sin for q and k)
-    rope_q, rope_k = match_rope(through_clones(core.q)), match_rope(k4)
+    rope_q, rope_k = match_rope(q4), match_rope(k4)
     if (rope_q is None) != (rope_k is None):
         raise Reject("rope not recognized", "RoPE on only one of q/k")
-    q_pre, k_pre = through_clones(core.q), k4
+    q_pre, k_pre = q4, k4
     if rope_q is not None:
         if not (_same_node(rope_q.cos, rope_k.cos) and _same_node(rope_q.sin, rope_k.sin)):
             raise Reject("rope not recognized", "q and k use different cos/sin")

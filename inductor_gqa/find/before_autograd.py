@@ -16,13 +16,10 @@ holds Dynamo's symbols and guards, so one graph serves every length as for infer
 
 from __future__ import annotations
 
-import logging
 from typing import Optional
 
 import torch
 from torch.fx import GraphModule
-
-log = logging.getLogger("inductor_gqa")
 
 # Dynamo-level call targets that can start a block (its softmax or SDPA); a graph without one
 # is handed to Inductor untouched, at no cost.
