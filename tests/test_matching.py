@@ -68,24 +68,26 @@ def test_mixed_dtype_mask_is_rejected():
     torch.testing.assert_close(out[0], ref[0], rtol=2e-2, atol=2e-2)
 
 
-def test_inputs_requiring_grad_are_fused_before_autograd():
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_inputs_requiring_grad_are_fused_before_autograd(dynamic):
     fn, inputs = build(Variant("grad", mask="causal_fill"))
     ref_in = {k: v.detach().clone() for k, v in inputs.items()}
     ref_in["wq"].requires_grad_(True)
     fn(**ref_in).sum().backward()
     inputs["wq"].requires_grad_(True)
-    out = torch.compile(fn, backend="inductor_gqa", options={"fuse_with_grad": True})(**inputs)
+    out = torch.compile(fn, backend="inductor_gqa", dynamic=dynamic,
+                        options={"fuse_with_grad": True})(**inputs)
     out.sum().backward()
-    assert _stat("blocks_fused") == 1
+    # dynamic=True: the scale, head_dim ** -0.5 of a symbolic head_dim, is guarded like the
+    # head sizes; that specialization restarts Dynamo's analysis once (the pass runs twice)
+    assert _stat("blocks_fused") == (2 if dynamic else 1)
     torch.testing.assert_close(inputs["wq"].grad, ref_in["wq"].grad, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("options,dynamic", [(None, False), ({"fuse_with_grad": True}, True)],
-                         ids=["not-opted-in", "dynamic"])
-def test_inputs_requiring_grad_left_alone_unless_opted_in_at_static_shapes(options, dynamic):
+def test_inputs_requiring_grad_left_alone_unless_opted_in():
     fn, inputs = build(Variant("grad", mask="causal_fill"))
     inputs["wq"].requires_grad_(True)
-    out = torch.compile(fn, backend="inductor_gqa", dynamic=dynamic, options=options)(**inputs)
+    out = torch.compile(fn, backend="inductor_gqa")(**inputs)
     out.sum().backward()
     assert _stat("blocks_fused") == 0
     assert _stat("rejected: inputs require grad") == 1

@@ -10,7 +10,8 @@ from typing import Optional
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx import Node
-from torch.fx.experimental.symbolic_shapes import guard_bool, guard_int, statically_known_true
+from torch.fx.experimental.symbolic_shapes import (guard_bool, guard_float, guard_int,
+                                                   statically_known_true)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -159,6 +160,8 @@ def scalar(x) -> Optional[float]:
     v = val(x)
     if isinstance(v, torch.SymInt):
         return float(guard_int(v))
+    if isinstance(v, torch.SymFloat) and _from_sizes(v):
+        return float(guard_float(v))
     if isinstance(v, int) and not isinstance(v, bool):
         return float(v)
     if not isinstance(v, torch.Tensor) or v.numel() != 1:
@@ -187,6 +190,14 @@ def scalar(x) -> Optional[float]:
             a, b = scalar(x.args[0]), scalar(x.args[1])
             return None if a is None or b is None else fn(a, b)
     return None
+
+
+def _from_sizes(v: torch.SymFloat) -> bool:
+    """A symbolic float computed from sizes alone (``head_dim ** -0.5`` under dynamic=True,
+    where every size is symbolic): guarded like the head sizes it comes from. A float of the
+    user's that Dynamo left unspecialized is a runtime value instead."""
+    syms = v.node.expr.free_symbols
+    return bool(syms) and all(getattr(sym, "is_integer", False) for sym in syms)
 
 
 def runtime_scalar(x) -> Optional[Node]:
