@@ -51,7 +51,9 @@ def _q(dtype=torch.bfloat16, device="cuda"):
 
 
 def test_library_core_where_it_computes_the_same():
-    assert library_core(W092_LIKE, _q(), Options())
+    assert library_core(W092_LIKE, _q(), Options(), 8)
+    # a window at least as long as the sequence hides nothing (Gemma 2: 4096 at 2048 tokens)
+    assert library_core(dataclasses.replace(W092_LIKE, window=8), _q(), Options(), 8)
     why_not = {
         "float32": (W092_LIKE, _q(torch.float32), Options()),
         "cpu": (W092_LIKE, _q(device="cpu"), Options()),
@@ -64,7 +66,7 @@ def test_library_core_where_it_computes_the_same():
                      Options()),
     }
     for why, (spec, q, options) in why_not.items():
-        assert not library_core(spec, q, options), why
+        assert not library_core(spec, q, options, 8), why
 
 
 def test_training_form_takes_the_chosen_core(monkeypatch):

@@ -34,7 +34,7 @@ def check_core(spec: BlockSpec, values: dict, options: Options) -> None:
     x = values["x"]
     b, s, _ = x.shape
     q = x.new_empty((b, s, spec.num_heads * spec.head_dim))
-    if values["runtime_scale"] is None and library_core(spec, q, options):
+    if values["runtime_scale"] is None and library_core(spec, q, options, s):
         return
     choose_core(core_spec(spec), core_problem(q, values["attn_mask"]), options,
                 runtime_scale=values["runtime_scale"] is not None)
@@ -49,7 +49,7 @@ def training_form(spec: BlockSpec, t: dict, options: Options):
         x, t["wq"], t["wk"], t["wv"], t["bq"], t["bk"], t["bv"], t["q_norm_weight"],
         t["k_norm_weight"], t["cos"], t["sin"], t["inv_freq"], t["position_ids"], spec,
         t["runtime_eps"], t["runtime_k_eps"])
-    if t["runtime_scale"] is None and library_core(spec, q, options):
+    if t["runtime_scale"] is None and library_core(spec, q, options, s):
         o = F.scaled_dot_product_attention(q, k, v, is_causal=spec.causal,
                                            scale=spec.effective_scale(),
                                            enable_gqa=spec.groups > 1)

@@ -332,11 +332,14 @@ def choose_core(spec: BlockSpec, p: Problem, options, runtime_scale: bool = Fals
                     backward=choose_backward(spec.head_dim, p.dtype, prec))
 
 
-def library_core(spec: BlockSpec, q, options) -> bool:
+def library_core(spec: BlockSpec, q, options, seq) -> bool:
     """Whether a differentiable core runs as the library's fused attention
     (F.scaled_dot_product_attention with its own backward) instead of ours: where it computes
-    the same thing and ``options.training_core`` is "auto"."""
+    the same thing and ``options.training_core`` is "auto". ``seq``: the sequence length; a
+    sliding window at least that long hides nothing (Gemma 2's 4096 at 2048 tokens)."""
+    s = static_int(seq)
+    window_inert = not spec.window or (s is not None and s <= spec.window)
     return (options.training_core == "auto" and q.device.type == "cuda"
             and q.dtype in (torch.bfloat16, torch.float16) and spec.mask == "none"
-            and not spec.return_probs and not spec.window and not spec.softcap
+            and not spec.return_probs and window_inert and not spec.softcap
             and spec.head_dim in (64, 128))
