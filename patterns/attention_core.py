@@ -389,12 +389,17 @@ def _match_sdpa(node: Node) -> Core:
     window, mask_kind, mask_node = 0, "none", None
     if mask is not None:
         seq = shape(q)[-2]
-        kept = _bool_keep_of(mask)
+        kept, fill = _bool_keep_of(mask)
         if kept is None and dtype(mask) == torch.bool:
-            kept = mask
+            kept, fill = mask, -math.inf
+        pattern = None
         if kept is not None:
             pattern, mask_node = split_keep_mask(kept, seq)
-        else:
+            if math.isfinite(fill) and (pattern is None or mask_node is not None):
+                # a finite fill differs from -inf where a row keeps no key; only the structure
+                # alone (causal, window: every row keeps its own key) is exact as a keep-mask
+                pattern, kept = None, None
+        if kept is None:
             pattern = constant_pattern("additive", mask, None, seq)
             mask_node = None if pattern is not None else mask
         if pattern is not None:
@@ -413,13 +418,27 @@ def _match_sdpa(node: Node) -> Core:
                 mask_node=mask_node, anchor=node)
 
 
-def _bool_keep_of(mask: Node) -> Optional[Node]:
-    """The bool mask m if ``mask`` is SDPA's conversion where(m, 0, -inf) of a keep-mask."""
-    if is_op(mask, aten.where.self):
-        cond, a, b = mask.args
-        if dtype(cond) == torch.bool and scalar(a) == 0.0 and (scalar(b) or 0) <= -1e30:
-            return cond
-    return None
+# the masked value of a converted keep-mask: -inf, or a finite value this low, whose exp() is
+# exactly 0 in float32 beside any kept score (torch's cuDNN path writes -65504)
+_FINITE_FILL_MAX = -1e4
+
+
+def _bool_keep_of(mask: Node) -> tuple[Optional[Node], float]:
+    """(m, fill) if ``mask`` is SDPA's conversion of a bool keep-mask m to an additive one:
+    where(m, 0, fill) or where(~m, fill, 0), fill -inf (the generic path) or a huge finite value
+    (the cuDNN path's -65504); (None, 0.0) otherwise."""
+    if not is_op(mask, aten.where):
+        return None, 0.0
+    cond, a, b = mask.args
+    if not isinstance(cond, Node) or dtype(cond) != torch.bool:
+        return None, 0.0
+    a, b = scalar(a), scalar(b)
+    if a == 0.0 and b is not None and b <= _FINITE_FILL_MAX:
+        return cond, b
+    if b == 0.0 and a is not None and a <= _FINITE_FILL_MAX and is_op(
+            cond, aten.logical_not.default, aten.bitwise_not.default):
+        return cond.args[0], a
+    return None, 0.0
 
 
 def match_core(anchor: Node) -> Core:

@@ -308,3 +308,19 @@ def test_mask_computed_from_the_scores_is_left_alone():
     out, ref = _compile_and_run(fn, args)
     assert _stat("blocks_fused") == 0 and _stat("rejected: mask not recognized") == 1
     _close(out, ref, torch.float32)
+
+
+@pytest.mark.parametrize("name,mask", [("cudnn_converted_causal", "none"),
+                                       ("cudnn_converted_padding", "additive")])
+def test_cudnn_converted_keep_mask(name, mask):
+    """On the GPU, SDPA's cuDNN path turns a bool keep-mask into where(~keep, -65504, 0) before
+    autograd sees it (transformers' in-graph causal mask, for one): the structure alone is
+    causal exactly (every row keeps a key); with a padding factor a finite fill differs from
+    -inf on emptied rows, so the mask stays an additive tensor."""
+    v = next(v for v in FUSED if v.name == name)
+    fn, inputs = build(v)
+    compiled, specs = _specs_of(fn, inputs)
+    with torch.no_grad():
+        _close(_as_tuple(compiled(**inputs)), _as_tuple(fn(**inputs)), v.dtype)
+    (spec,) = specs()
+    assert spec.mask == mask and spec.causal == (mask == "none")

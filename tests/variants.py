@@ -36,6 +36,7 @@ class Variant:
     mask: str = "none"            # none | causal_fill | causal_add | causal_sdpa | bool_in | add_in
                                   # | causal_fill_min | window | bool_keep_sdpa | causal_and_add_in
                                   # | keep_where | pad_rows_inf | pad_rows_min | pad_rows_sdpa
+                                  # | cudnn_causal | cudnn_pad
                                   # | window_and_pad | chunked (constant, not causal/window)
     probs: bool = False           # return the probabilities
     end: str = "o_proj"           # o_proj | o_proj_bias | merged | heads
@@ -100,7 +101,7 @@ def build(v: Variant, seed: int = 0):
     if v.mask == "add_in":
         keep = torch.ones(S, S, dtype=torch.bool).tril()
         inp["mask"] = torch.zeros(B, 1, S, S).masked_fill(~keep, torch.finfo(torch.float32).min).to(dt)
-    if v.mask in ("pad_rows_inf", "pad_rows_sdpa", "keep_where", "window_and_pad"):
+    if v.mask in ("pad_rows_inf", "pad_rows_sdpa", "keep_where", "window_and_pad", "cudnn_pad"):
         # left padding: batch row 1 starts after 2 pad tokens; with causal, its first two query
         # rows see no key at all (fully masked)
         keep = torch.ones(B, 1, 1, S, dtype=torch.bool)
@@ -204,6 +205,12 @@ def build(v: Variant, seed: int = 0):
             if v.mask == "pad_rows_sdpa":      # transformers' form: causal AND padding, as bool
                 i = torch.arange(s, device=x.device)
                 am = (i[None, :] <= i[:, None])[None, None] & mask
+            if v.mask in ("cudnn_causal", "cudnn_pad"):
+                # the bool keep-mask as torch's cuDNN path converts it: where(~keep, -65504, 0)
+                i = torch.arange(s, device=x.device)
+                keep = (i[None, :] <= i[:, None])[None, None]
+                keep = keep & mask if v.mask == "cudnn_pad" else keep
+                am = torch.where(~keep, -65504.0, torch.zeros((), dtype=q.dtype))
             o = F.scaled_dot_product_attention(q, k, vv, attn_mask=am, dropout_p=v.dropout,
                                                is_causal=v.mask == "causal_sdpa", **kw)
         else:
@@ -318,6 +325,8 @@ FUSED = [
     Variant("padded_rows_inf", mask="pad_rows_inf", probs=True),
     Variant("padded_rows_min", mask="pad_rows_min", probs=True),
     Variant("padded_rows_sdpa", core="sdpa", scale="default", mask="pad_rows_sdpa"),
+    Variant("cudnn_converted_causal", core="sdpa", mask="cudnn_causal"),
+    Variant("cudnn_converted_padding", core="sdpa", mask="cudnn_pad"),
 ]
 
 # Variants that must be left alone, with the reason reported.
