@@ -170,4 +170,6 @@ softcap: wq wk wv wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 ro
 softcap_recip: wq wk wv attn_mask wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=False window=0 softcap=30.0 mask='additive' return_probs=False
 padded_rows_inf: wq wk wv attn_mask wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=True window=0 softcap=0.0 mask='bool_fill' return_probs=True
 padded_rows_min: wq wk wv attn_mask wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='explicit' scale_op='mul' causal=False window=0 softcap=0.0 mask='additive' return_probs=True
-padded_rows_sdpa: wq wk wv attn_mask wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='sdpa' scale_op='mul' causal=True window=0 softcap=0.0 mask='bool_keep' return_probs=False""")
+padded_rows_sdpa: wq wk wv attn_mask wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='sdpa' scale_op='mul' causal=True window=0 softcap=0.0 mask='bool_keep' return_probs=False
+cudnn_converted_causal: wq wk wv wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='sdpa' scale_op='mul' causal=True window=0 softcap=0.0 mask='none' return_probs=False
+cudnn_converted_padding: wq wk wv attn_mask wo | norm='none' norm_scope='head' rope='none' rotary_dim=0 rope_fp32=False core='sdpa' scale_op='mul' causal=False window=0 softcap=0.0 mask='additive' return_probs=False""")
