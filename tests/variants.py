@@ -202,15 +202,13 @@ def build(v: Variant, seed: int = 0):
             if v.repeat == "none":
                 kw["enable_gqa"] = True
             am = mask if v.mask in ("bool_keep_sdpa", "add_in") else None
-            if v.mask == "pad_rows_sdpa":      # transformers' form: causal AND padding, as bool
+            if v.mask in ("pad_rows_sdpa", "cudnn_causal", "cudnn_pad"):
+                # transformers' form: causal AND padding, as bool
                 i = torch.arange(s, device=x.device)
-                am = (i[None, :] <= i[:, None])[None, None] & mask
-            if v.mask in ("cudnn_causal", "cudnn_pad"):
-                # the bool keep-mask as torch's cuDNN path converts it: where(~keep, -65504, 0)
-                i = torch.arange(s, device=x.device)
-                keep = (i[None, :] <= i[:, None])[None, None]
-                keep = keep & mask if v.mask == "cudnn_pad" else keep
-                am = torch.where(~keep, -65504.0, torch.zeros((), dtype=q.dtype))
+                am = (i[None, :] <= i[:, None])[None, None]
+                am = am if v.mask == "cudnn_causal" else am & mask
+                if v.mask != "pad_rows_sdpa":  # as torch's cuDNN path converts a keep-mask
+                    am = torch.where(~am, -65504.0, torch.zeros((), dtype=q.dtype))
             o = F.scaled_dot_product_attention(q, k, vv, attn_mask=am, dropout_p=v.dropout,
                                                is_causal=v.mask == "causal_sdpa", **kw)
         else:
