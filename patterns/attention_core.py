@@ -392,13 +392,12 @@ def _match_sdpa(node: Node) -> Core:
         kept, fill = _bool_keep_of(mask)
         if kept is None and dtype(mask) == torch.bool:
             kept, fill = mask, -math.inf
-        pattern = None
         if kept is not None:
             pattern, mask_node = split_keep_mask(kept, seq)
             if math.isfinite(fill) and (pattern is None or mask_node is not None):
                 # a finite fill differs from -inf where a row keeps no key; only the structure
                 # alone (causal, window: every row keeps its own key) is exact as a keep-mask
-                pattern, kept = None, None
+                kept = None
         if kept is None:
             pattern = constant_pattern("additive", mask, None, seq)
             mask_node = None if pattern is not None else mask
@@ -432,7 +431,7 @@ def _bool_keep_of(mask: Node) -> tuple[Optional[Node], float]:
     cond, a, b = mask.args
     if not isinstance(cond, Node) or dtype(cond) != torch.bool:
         return None, 0.0
-    a, b = scalar(a), scalar(b)
+    a, b = _fill_value(a), _fill_value(b)
     if a == 0.0 and b is not None and b <= _FINITE_FILL_MAX:
         return cond, b
     if b == 0.0 and a is not None and a <= _FINITE_FILL_MAX and is_op(
