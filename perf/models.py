@@ -16,7 +16,8 @@ Vocabulary 32000 for all (the logits GEMM stays a modest part of the time). Ever
 is compiled once per shape with ``dynamic=False`` after ``torch._dynamo.reset()``, stock and ours
 alike (what a user's first compilation at a shape gives). Per (model, attn, shape, impl) one
 ``kind: "model"``, ``task: "prefill"`` row: GPU time (CUDA-graph replay), plain-call time, peak
-memory of a plain call, fused layers (``counters["inductor_gqa"]["blocks_fused"]`` of that
+memory of a plain call above what the process held before it (``held_mib``: weights, inputs,
+earlier rows' leftovers), fused layers (``counters["inductor_gqa"]["blocks_fused"]`` of that
 compilation, against the config's layer count), and the logits against the eager model's under
 the W092 rule (bf16: |out - ref| <= atol + 0.05 |ref| for 99% of elements).
 
@@ -234,11 +235,15 @@ def _run_shape(args, model, base, extra, b, s, impls, rows, variants, device, ov
                         if bench.is_cuda(device):
                             torch.cuda.synchronize()
                     if bench.is_cuda(device):
+                        bench.l2_flush()          # its buffer, made once, is held, not peak
+                        torch.cuda.synchronize()
+                        held = torch.cuda.memory_allocated()
                         torch.cuda.reset_peak_memory_stats()
                     row["plain_us"], row["plain_spread"] = bench.plain_time_us(
                         call, args.plain_runs, device)
-                    if bench.is_cuda(device):
-                        row["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+                    if bench.is_cuda(device):     # above what the process held (as train.py)
+                        row["peak_mib"] = (torch.cuda.max_memory_allocated() - held) / 2**20
+                        row["held_mib"] = held / 2**20
                     if not args.no_profile:
                         row.update(bench.profile_call(call, device, calls=1))
             row["status"] = "ok"
