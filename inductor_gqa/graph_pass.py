@@ -120,8 +120,9 @@ def run(graph: Graph, options: Options, lower: bool = True) -> int:
     if _requires_grad(graph):
         for a in found:
             rep.seen(a)
-            rep.rejected(a, "inputs require grad", "call under torch.no_grad(), or opt in with "
-                         "Options(fuse_with_grad=True)")
+            rep.rejected(a, "inputs require grad", "the backward is already derived here: "
+                         "compile with backend=\"inductor_gqa\" (fuse_with_grad, the default), "
+                         "or call under torch.no_grad()")
         rep.summary()
         return 0
     canonicalize(graph)

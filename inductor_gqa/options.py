@@ -34,9 +34,11 @@ class Options:
     # Graphs whose inputs require grad (training, or a forward without torch.no_grad()): fuse
     # their blocks' attention before AOTAutograd (lower/training.py): projections, norm and RoPE
     # stay ATen ops that autograd differentiates, the attention core becomes one differentiable
-    # op with a FlashAttention-style backward. Off by default until whole models' training
-    # steps measure faster than stock on a GPU (W092's block does: 1.40x on an H100).
-    fuse_with_grad: bool = False
+    # op with a FlashAttention-style backward. Only backend="inductor_gqa" can (install()'s
+    # joint-graph pass sees the backward already derived). On by default since the five models'
+    # training steps measured 1.08-1.42x stock (H100, perf/results/nvidia-h100/train-b16bc20/);
+    # False leaves such graphs to stock Inductor.
+    fuse_with_grad: bool = True
     # The core of a block with gradients: "auto" takes the library's fused attention
     # (F.scaled_dot_product_attention, its own backward) where it computes the same thing
     # (16-bit, no mask tensor, window or softcap, no probabilities returned, head_dim 64 or

@@ -75,8 +75,7 @@ def test_inputs_requiring_grad_are_fused_before_autograd(dynamic):
     ref_in["wq"].requires_grad_(True)
     fn(**ref_in).sum().backward()
     inputs["wq"].requires_grad_(True)
-    out = torch.compile(fn, backend="inductor_gqa", dynamic=dynamic,
-                        options={"fuse_with_grad": True})(**inputs)
+    out = torch.compile(fn, backend="inductor_gqa", dynamic=dynamic)(**inputs)   # the default
     out.sum().backward()
     # dynamic=True: the scale, head_dim ** -0.5 of a symbolic head_dim, is guarded like the
     # head sizes; that specialization restarts Dynamo's analysis once (the pass runs twice)
@@ -84,10 +83,23 @@ def test_inputs_requiring_grad_are_fused_before_autograd(dynamic):
     torch.testing.assert_close(inputs["wq"].grad, ref_in["wq"].grad, rtol=1e-4, atol=1e-5)
 
 
-def test_inputs_requiring_grad_left_alone_unless_opted_in():
+def test_inputs_requiring_grad_left_alone_when_opted_out():
     fn, inputs = build(Variant("grad", mask="causal_fill"))
     inputs["wq"].requires_grad_(True)
-    out = torch.compile(fn, backend="inductor_gqa")(**inputs)
+    out = torch.compile(fn, backend="inductor_gqa", options={"fuse_with_grad": False})(**inputs)
+    out.sum().backward()
+    assert _stat("blocks_fused") == 0
+    assert _stat("rejected: inputs require grad") == 1
+    assert inputs["wq"].grad is not None
+
+
+def test_inputs_requiring_grad_through_install_are_reported():
+    """install()'s joint-graph pass sees the backward already derived: the block stays stock's,
+    reported with how to get it fused."""
+    fn, inputs = build(Variant("grad", mask="causal_fill"))
+    inputs["wq"].requires_grad_(True)
+    with inductor_gqa.installed():
+        out = torch.compile(fn)(**inputs)
     out.sum().backward()
     assert _stat("blocks_fused") == 0
     assert _stat("rejected: inputs require grad") == 1

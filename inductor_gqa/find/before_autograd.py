@@ -9,7 +9,8 @@ op. AOTAutograd then differentiates the graph (the core by its own formula, whos
 one op), and the joint-graph pass lowers the core's forward and backward calls to their kernels
 (``graph_pass.lower_fused_calls``).
 
-Opt-in (``Options(fuse_with_grad=True)``) until whole models measure faster on a GPU. Symbolic
+On by default (``Options(fuse_with_grad=False)`` turns it off); ``backend="inductor_gqa"``
+only, since ``install()``'s joint-graph pass comes after autograd. Symbolic
 sizes stay symbolic: the retrace runs in the tracing context's fake mode, whose shape environment
 holds Dynamo's symbols and guards, so one graph serves every length as for inference.
 """
