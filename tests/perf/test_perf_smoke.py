@@ -14,6 +14,8 @@ from perf import stats
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 pytest.importorskip("transformers")
+# one worker runs the module's tests, so its fixture's perf run happens once (pytest -n)
+pytestmark = pytest.mark.xdist_group("perf_smoke")
 
 
 @pytest.fixture(scope="module")
