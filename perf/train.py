@@ -9,10 +9,10 @@ compiled implementation compiles once per case with ``dynamic=False`` (ours' gra
 needs static shapes; stock at its best).
 
 Per row: ``gpu_us`` (CUDA-graph replay of whole steps, as the forward rows), ``plain_us`` (a
-step from an idle device), ``peak_mib`` (peak allocated memory during a plain step above what was allocated
-before it: the step's own memory, activations and gradients; weights, inputs and whatever the
-process still holds from earlier rows are ``held_mib``, left out since they differ with the
-rows' order, not with the implementation), ``saved_mib`` (memory still allocated
+step from an idle device), ``peak_mib`` (peak allocated memory during a plain step above what
+was allocated before it: the step's own memory, activations and gradients; weights, inputs and
+whatever the process still holds from earlier rows are ``held_mib``, left out since they differ
+with the rows' order, not with the implementation), ``saved_mib`` (memory still allocated
 after the forward, before the backward: what the forward keeps for it, output included),
 ``fwd_grad_us`` / ``fwd_nograd_us`` (blocks: the forward alone with grad enabled and under
 ``torch.no_grad()``, each compiled for itself, GPU time), ``fused``, and ``check``: every gradient
