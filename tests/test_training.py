@@ -184,3 +184,25 @@ def test_block_left_unfused_with_grad_is_reported_once():
     assert c["blocks_seen"] == 1 and c["blocks_fused"] == 0
     assert c[f"rejected: {reason}"] == 1 and c["rejected: inputs require grad"] == 0
     assert inp["wq"].grad is not None
+
+
+def test_a_failed_retrace_leaves_the_graph_to_stock(monkeypatch, caplog):
+    """Gradients are fused by default, so a model whose graph the retrace before autograd
+    cannot take must still train: its graph is left to stock, counted and warned about."""
+    from inductor_gqa.lower import training
+
+    def planted(*args, **kwargs):
+        raise RuntimeError("planted retrace failure")
+
+    monkeypatch.setattr(training, "expand_for_training", planted)
+    model = build("llama", "sdpa")
+    ids, mask = inputs(padded=True)
+    ref_loss, ref_grads = _step(model, ids, mask)
+    with caplog.at_level("WARNING", logger="inductor_gqa"):
+        loss, grads = _step(model, ids, mask, torch.compile(model, backend=light_backend(GRAD),
+                                                            dynamic=False))
+    assert counters["inductor_gqa"]["graphs left: retrace before autograd failed"] >= 1
+    assert not counters["inductor_gqa_fused"]
+    assert "planted retrace failure" in caplog.text
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=0)
+    _assert_grads_equal(grads, ref_grads)

@@ -20,7 +20,11 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+from torch._dynamo.utils import counters
 from torch.fx import GraphModule
+
+from . import report
+from .report import log
 
 # Dynamo-level call targets that can start a block (its softmax or SDPA); a graph without one
 # is handed to Inductor untouched, at no cost.
@@ -95,14 +99,25 @@ def fuse_before_autograd(gm: GraphModule, example_inputs, options) -> Optional[G
         # (nn_module_stack: the module path the reports name), as AOTAutograd does
         return torch.fx.Interpreter(gm).run(*args)
 
-    with fake_mode, torch.fx.traceback.preserve_node_meta():
-        traced = make_fx(interpret, decomposition_table=pre_autograd_decompositions(),
-                         tracing_mode="real", _allow_non_fake_inputs=True)(*fakes)
-    if run(traced.graph, options, lower=False) == 0:
+    try:
+        with report.undone_on_error():
+            with fake_mode, torch.fx.traceback.preserve_node_meta():
+                traced = make_fx(interpret, decomposition_table=pre_autograd_decompositions(),
+                                 tracing_mode="real", _allow_non_fake_inputs=True)(*fakes)
+            if run(traced.graph, options, lower=False) == 0:
+                return None
+            expand_for_training(traced.graph, options)
+            _differentiable_casts(traced.graph)
+            traced.recompile()
+    except Exception as e:  # noqa: BLE001  (Dynamo's own graph still compiles, as stock's)
+        # A model whose graph our retrace cannot take must still train: its blocks are left to
+        # stock Inductor, loudly (the counters no longer count them fused), rather than failing
+        # the user's compile.
+        counters["inductor_gqa"]["graphs left: retrace before autograd failed"] += 1
+        log.warning("inductor_gqa: a graph with gradients left to stock Inductor, its retrace "
+                    "before autograd failed: %s: %s (Options(fuse_with_grad=False) skips it)",
+                    type(e).__name__, str(e)[:500])
         return None
-    expand_for_training(traced.graph, options)
-    _differentiable_casts(traced.graph)
-    traced.recompile()
     return traced
 
 

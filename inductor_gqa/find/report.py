@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
 import re
@@ -33,6 +34,26 @@ class Row:
 
 # Rows of the most recent graphs (oldest dropped first); ``explain`` reads and clears it.
 history: collections.deque = collections.deque(maxlen=10000)
+
+
+_COUNTERS = ("inductor_gqa", "inductor_gqa_fused", "inductor_gqa_left")
+
+
+@contextlib.contextmanager
+def undone_on_error():
+    """Counters and history as they were before the body, should it fail: the fusions it
+    reported did not happen."""
+    saved = {k: collections.Counter(counters[k]) for k in _COUNTERS}
+    rows = len(history)
+    try:
+        yield
+    except Exception:
+        for k, c in saved.items():
+            counters[k].clear()
+            counters[k].update(c)
+        while len(history) > rows:
+            history.pop()
+        raise
 
 
 def module_path(anchor: Node) -> str:
