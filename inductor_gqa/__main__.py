@@ -1,6 +1,7 @@
 """``python -m inductor_gqa demo``: compile both reference workloads and show what was fused.
 
-On a CPU-only machine it runs them at reduced size and checks results against eager. On a GPU it
+On a CPU-only machine it runs them at reduced size and checks results against eager, then a
+training step of each module form (gradients against eager's). On a GPU it
 runs full-size cases and prints times against eager and stock torch.compile (a quick look; the
 perf job in ``perf/`` is the measurement of record).
 
@@ -67,8 +68,38 @@ def demo_cpu() -> int:
             for key, n in stats.items():
                 if key.startswith("rejected"):
                     print(f"    {key} x{n}")
+    for workload in (wl.W075, wl.W092):
+        failures += _demo_training_cpu(workload)
     print("\nall good" if not failures else f"\n{failures} problem(s)")
     return 1 if failures else 0
+
+
+def _demo_training_cpu(workload) -> int:
+    """One training step of the module form (its parameters and input require grad): fused
+    before autograd, every gradient against eager's."""
+    torch.manual_seed(0)
+    seq, batch = 33, 2
+    m, args = _module(workload, seq, batch)
+    args = tuple(a.requires_grad_() if a.is_floating_point() and i == 0 else a
+                 for i, a in enumerate(args))
+    leaves = [args[0], *m.parameters()]
+
+    def grads(f):
+        out = _outs(f(*args))
+        cot = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i)).to(o.dtype)
+               for i, o in enumerate(out)]
+        return torch.autograd.grad(out, leaves, cot)
+
+    got, ref = grads(_compile(m)), grads(m)
+    stats = dict(counters["inductor_gqa"])
+    fused = stats.get("blocks_fused", 0)
+    # the largest error of each gradient, relative to that gradient's largest element
+    worst = max(((g - r).abs().max() / r.abs().max().clamp_min(1e-12)).item()
+                for g, r in zip(got, ref))
+    ok = worst <= (2e-2 if workload.dtype != torch.float32 else 1e-4)
+    print(f"{workload.name} training fused {fused} of {stats.get('blocks_seen', 0)} block(s); "
+          f"gradients match eager: {'yes' if ok else 'NO'} (worst {worst:.1e} of scale)")
+    return (not ok) + (fused != 1)
 
 
 def _module(workload, seq, batch, device="cpu", small=True):
