@@ -277,6 +277,24 @@ def l2_flush() -> None:
     _flush_buf.zero_()
 
 
+@contextlib.contextmanager
+def peak_memory(row: dict, device):
+    """The body's peak allocated memory above what the process held before it into
+    ``row["peak_mib"]``, that base into ``row["held_mib"]`` (weights, inputs and earlier rows'
+    leftovers, which differ with the rows' order, not with the implementation). No-op off CUDA."""
+    if not is_cuda(device):
+        yield
+        return
+    l2_flush()                  # its buffer, made once, is held, not peak
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    yield
+    torch.cuda.synchronize()
+    row["peak_mib"] = (torch.cuda.max_memory_allocated() - held) / 2**20
+    row["held_mib"] = held / 2**20
+
+
 def plain_time_us(call: Callable[[], object], runs: int, device="cuda") -> tuple[float, float]:
     """A plain call as a user makes it: from an idle device (L2 flushed, synchronized), wall time
     from the call until the device is done (synchronize), host overhead included. Returns (median

@@ -234,16 +234,9 @@ def _run_shape(args, model, base, extra, b, s, impls, rows, variants, device, ov
                         row["graph_error"] = f"{type(e).__name__}: {e}"[:500]
                         if bench.is_cuda(device):
                             torch.cuda.synchronize()
-                    if bench.is_cuda(device):
-                        bench.l2_flush()          # its buffer, made once, is held, not peak
-                        torch.cuda.synchronize()
-                        held = torch.cuda.memory_allocated()
-                        torch.cuda.reset_peak_memory_stats()
-                    row["plain_us"], row["plain_spread"] = bench.plain_time_us(
-                        call, args.plain_runs, device)
-                    if bench.is_cuda(device):     # above what the process held (as train.py)
-                        row["peak_mib"] = (torch.cuda.max_memory_allocated() - held) / 2**20
-                        row["held_mib"] = held / 2**20
+                    with bench.peak_memory(row, device):
+                        row["plain_us"], row["plain_spread"] = bench.plain_time_us(
+                            call, args.plain_runs, device)
                     if not args.no_profile:
                         row.update(bench.profile_call(call, device, calls=1))
             row["status"] = "ok"

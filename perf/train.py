@@ -138,16 +138,11 @@ def measure_step(row: dict, step: Callable[[], object], forward: Callable[[], ob
         bench.sync(device)
     row["plain_us"], row["plain_spread"] = bench.plain_time_us(step, args.plain_runs, device)
     if bench.is_cuda(device):
-        bench.sync(device)
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        step()
-        bench.sync(device)
-        row["peak_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
-        row["held_mib"] = base / 2**20
+        with bench.peak_memory(row, device):
+            step()
         out = forward()
         bench.sync(device)
-        row["saved_mib"] = (torch.cuda.memory_allocated() - base) / 2**20
+        row["saved_mib"] = torch.cuda.memory_allocated() / 2**20 - row["held_mib"]
         del out
 
 
