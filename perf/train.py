@@ -14,11 +14,11 @@ was allocated before it: the step's own memory, activations and gradients; weigh
 whatever the process still holds from earlier rows are ``held_mib``, left out since they differ
 with the rows' order, not with the implementation), ``saved_mib`` (memory still allocated
 after the forward, before the backward: what the forward keeps for it, output included),
-``fwd_grad_us`` / ``fwd_nograd_us`` (blocks: the forward alone with grad enabled and under
-``torch.no_grad()``, each compiled for itself, GPU time), ``fused``, and ``check``: every gradient
-against eager's on fresh inputs, an element passing when |g - ref| <= 0.05 * (|ref| + rms(ref))
-(the W092 rule's rtol, its absolute part scaled to the gradient's size), at least 99% of every
-gradient's elements. A 16-bit model's gradients (through its layers and LM loss) differ from
+``fwd_grad_us`` / ``fwd_nograd_us`` (the forward alone with grad enabled and under
+``torch.no_grad()``, each compiled for itself, GPU time, blocks of the two in turn), ``fused``,
+and ``check``: every gradient against eager's on fresh inputs, an element passing when
+|g - ref| <= 0.05 * (|ref| + rms(ref)) (the W092 rule's rtol, its absolute part scaled to the
+gradient's size), at least 99% of every gradient's elements. A 16-bit model's gradients (through its layers and LM loss) differ from
 eager's far beyond that rule, stock's as much as ours: there every parameter's gradient must be
 as close to a float32 copy's as eager's is (``grad_check_vs_float32``, rule
 "grad_vs_float32"; its fraction counts parameters).
@@ -27,6 +27,7 @@ as close to a float32 copy's as eager's is (``grad_check_vs_float32``, rule
 from __future__ import annotations
 
 import contextlib
+import statistics
 import traceback
 from typing import Callable
 
@@ -146,6 +147,20 @@ def measure_step(row: dict, step: Callable[[], object], forward: Callable[[], ob
         del out
 
 
+def forward_costs(row: dict, call, leaves: dict, args, device) -> None:
+    """The forward alone with grad enabled and under ``no_grad``: blocks of each taken in turn
+    (medians over all), so that a drift of the machine's clocks falls on both alike."""
+    detached = {k: t.detach() for k, t in leaves.items()}
+    times = {"fwd_grad_us": [], "fwd_nograd_us": []}
+    for _ in range(max(1, args.blocks)):
+        with torch.no_grad():
+            times["fwd_nograd_us"].append(bench.device_time_us(
+                lambda: call(**detached), device, args.replays, 1)[0])
+        times["fwd_grad_us"].append(bench.device_time_us(
+            lambda: call(**leaves), device, args.replays, 1)[0])
+    row.update({k: statistics.median(v) for k, v in times.items()})
+
+
 def run_blocks(args, rows: list, variants: list, device, over_deadline, log, save) -> None:
     """W092's block: one ``kind: "train_block"`` row per (case, implementation)."""
     from torch._dynamo.utils import counters
@@ -202,12 +217,7 @@ def run_blocks(args, rows: list, variants: list, device, over_deadline, log, sav
                                                 for c, ref in zip(checks, refs)],
                                                args.check_rounds)
                 measure_step(row, step, lambda: call(**leaves), args, device)
-                detached = {k: t.detach() for k, t in leaves.items()}
-                with torch.no_grad():
-                    row["fwd_nograd_us"] = bench.device_time_us(
-                        lambda: call(**detached), device, args.replays, 1)[0]
-                row["fwd_grad_us"] = bench.device_time_us(
-                    lambda: call(**leaves), device, args.replays, 1)[0]
+                forward_costs(row, call, leaves, args, device)
                 row["status"] = "ok" if row.get("gpu_us") or row.get("plain_us") else "error"
             log(f"train W092 {stats.case_label(s, b)} {impl}: {row['status']} step gpu "
                 f"{row.get('gpu_us', float('nan')):.1f} us plain "
