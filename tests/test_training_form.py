@@ -20,7 +20,7 @@ from inductor_gqa.lower.training import training_form
 from inductor_gqa.op.attention_block import TENSOR_ARGS
 from inductor_gqa.op.attention_core import call_attention_core, row_stats
 from inductor_gqa.plan.configs import AttentionConfig
-from inductor_gqa.plan.plans import library_core
+from inductor_gqa.plan.plans import SHORT_SEQ, library_core
 from inductor_gqa.plan.spec import BlockSpec
 
 W092_LIKE = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=64, norm="fp32_weight", eps=1e-5,
@@ -51,22 +51,33 @@ def _q(dtype=torch.bfloat16, device="cuda"):
 
 
 def test_library_core_where_it_computes_the_same():
-    assert library_core(W092_LIKE, _q(), Options(), 8)
+    s = 512
+    assert library_core(W092_LIKE, _q(), Options(), s)
     # a window at least as long as the sequence hides nothing (Gemma 2: 4096 at 2048 tokens)
-    assert library_core(dataclasses.replace(W092_LIKE, window=8), _q(), Options(), 8)
+    assert library_core(dataclasses.replace(W092_LIKE, window=s), _q(), Options(), s)
     why_not = {
-        "float32": (W092_LIKE, _q(torch.float32), Options()),
-        "cpu": (W092_LIKE, _q(device="cpu"), Options()),
-        "kernels option": (W092_LIKE, _q(), Options(training_core="kernels")),
-        "mask": (dataclasses.replace(W092_LIKE, mask="additive"), _q(), Options()),
-        "probabilities": (dataclasses.replace(W092_LIKE, return_probs=True), _q(), Options()),
-        "softcap": (dataclasses.replace(W092_LIKE, softcap=30.0), _q(), Options()),
-        "window": (dataclasses.replace(W092_LIKE, window=4), _q(), Options()),
+        "float32": (W092_LIKE, _q(torch.float32), Options(), s),
+        "cpu": (W092_LIKE, _q(device="cpu"), Options(), s),
+        "kernels option": (W092_LIKE, _q(), Options(training_core="kernels"), s),
+        "mask": (dataclasses.replace(W092_LIKE, mask="additive"), _q(), Options(), s),
+        "probabilities": (dataclasses.replace(W092_LIKE, return_probs=True), _q(), Options(), s),
+        "softcap": (dataclasses.replace(W092_LIKE, softcap=30.0), _q(), Options(), s),
+        "window": (dataclasses.replace(W092_LIKE, window=s // 2), _q(), Options(), s),
         "head_dim": (dataclasses.replace(W092_LIKE, head_dim=32, rotary_dim=32), _q(),
-                     Options()),
+                     Options(), s),
+        "short sequence": (W092_LIKE, _q(), Options(), SHORT_SEQ),
     }
-    for why, (spec, q, options) in why_not.items():
-        assert not library_core(spec, q, options, 8), why
+    for why, (spec, q, options, seq) in why_not.items():
+        assert not library_core(spec, q, options, seq), why
+
+
+def test_library_core_at_a_symbolic_length():
+    """Under dynamic shapes the length is unknown while tracing: the library's core, no guard
+    on the length (a window is then not known to be inert)."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    seq = ShapeEnv().create_unbacked_symint()
+    assert library_core(W092_LIKE, _q(), Options(), seq)
+    assert not library_core(dataclasses.replace(W092_LIKE, window=4096), _q(), Options(), seq)
 
 
 def test_training_form_takes_the_chosen_core(monkeypatch):

@@ -332,14 +332,25 @@ def choose_core(spec: BlockSpec, p: Problem, options, runtime_scale: bool = Fals
                     backward=choose_backward(spec.head_dim, p.dtype, prec))
 
 
+# Sequences this short train on our core even where the library's computes the same: its GQA
+# backward takes scratch of 8 bytes per query element (a float32 dQ accumulator, dK/dV expanded
+# to the query heads: 193 MiB at W092 128x16, which put the step's peak 16 MiB above stock's;
+# ours 108 MiB lower), and ours is as fast there (H100, x stock at 128x16 / 128x4 / 128x1:
+# ours 1.15 / 1.06 / 1.04, the library's 1.08 / 1.09 / 1.06). From 256 tokens on the library's
+# is faster (256x2 1.13 against 1.10, 512x1 1.23 against 1.17).
+SHORT_SEQ = 128
+
+
 def library_core(spec: BlockSpec, q, options, seq) -> bool:
     """Whether a differentiable core runs as the library's fused attention
     (F.scaled_dot_product_attention with its own backward) instead of ours: where it computes
-    the same thing and ``options.training_core`` is "auto". ``seq``: the sequence length; a
-    sliding window at least that long hides nothing (Gemma 2's 4096 at 2048 tokens)."""
+    the same thing, the sequence is longer than ``SHORT_SEQ`` (or symbolic) and
+    ``options.training_core`` is "auto". ``seq``: the sequence length; a sliding window at
+    least that long hides nothing (Gemma 2's 4096 at 2048 tokens)."""
     s = static_int(seq)
     window_inert = not spec.window or (s is not None and s <= spec.window)
     return (options.training_core == "auto" and q.device.type == "cuda"
+            and (s is None or s > SHORT_SEQ)
             and q.dtype in (torch.bfloat16, torch.float16) and spec.mask == "none"
             and not spec.return_probs and window_inert and not spec.softcap
             and spec.head_dim in (64, 128))
