@@ -18,10 +18,10 @@ after the forward, before the backward: what the forward keeps for it, output in
 ``torch.no_grad()``, each compiled for itself, GPU time, blocks of the two in turn), ``fused``,
 and ``check``: every gradient against eager's on fresh inputs, an element passing when
 |g - ref| <= 0.05 * (|ref| + rms(ref)) (the W092 rule's rtol, its absolute part scaled to the
-gradient's size), at least 99% of every gradient's elements. A 16-bit model's gradients (through its layers and LM loss) differ from
-eager's far beyond that rule, stock's as much as ours: there every parameter's gradient must be
-as close to a float32 copy's as eager's is (``grad_check_vs_float32``, rule
-"grad_vs_float32"; its fraction counts parameters).
+gradient's size), at least 99% of every gradient's elements. A 16-bit model's gradients
+(through its layers and LM loss) differ from eager's far beyond that rule, stock's as much as
+ours: there every parameter's gradient must be as close to a float32 copy's as eager's is
+(``grad_check_vs_float32``, rule "grad_vs_float32"; its fraction counts parameters).
 """
 
 from __future__ import annotations
