@@ -42,7 +42,8 @@ class Options:
     # The core of a block with gradients: "auto" takes the library's fused attention
     # (F.scaled_dot_product_attention, its own backward) where it computes the same thing
     # (16-bit, no mask tensor, window or softcap, no probabilities returned, head_dim 64 or
-    # 128, on a GPU, more than plans.SHORT_SEQ tokens), and our kernels elsewhere; "kernels":
+    # 128, on a GPU, more than plans.SHORT_SEQ tokens), at SHORT_SEQ tokens or fewer its
+    # forward with our backward where the grid is large, and our kernels elsewhere; "kernels":
     # ours everywhere.
     training_core: str = "auto"
 

@@ -18,9 +18,10 @@ from inductor_gqa.kernels import flash
 from inductor_gqa.kernels.launch import direct_launches
 from inductor_gqa.lower.training import training_form
 from inductor_gqa.op.attention_block import TENSOR_ARGS
-from inductor_gqa.op.attention_core import call_attention_core, row_stats
+from inductor_gqa.op.attention_core import call_attention_core, core_kwargs, row_stats
 from inductor_gqa.plan.configs import AttentionConfig
-from inductor_gqa.plan.plans import SHORT_SEQ, library_core
+from inductor_gqa.plan.plans import (SDPA_MIN_ROWS, SHORT_SEQ, choose_core, core_problem,
+                                       library_core)
 from inductor_gqa.plan.spec import BlockSpec
 
 W092_LIKE = BlockSpec(num_heads=4, num_kv_heads=2, head_dim=64, norm="fp32_weight", eps=1e-5,
@@ -78,6 +79,51 @@ def test_library_core_at_a_symbolic_length():
     seq = ShapeEnv().create_unbacked_symint()
     assert library_core(W092_LIKE, _q(), Options(), seq)
     assert not library_core(dataclasses.replace(W092_LIKE, window=4096), _q(), Options(), seq)
+
+
+def _core_plan(spec, b, s, dtype=torch.bfloat16, options=Options()):
+    """``choose_core``'s plan for a core of ``spec`` at (B, S) on an H200 (fake tensors)."""
+    with FakeTensorMode():
+        q = torch.empty(b, s, spec.num_heads * spec.head_dim, dtype=dtype)
+    p = dataclasses.replace(core_problem(q, None), device=torch.device("cuda"),
+                            gpu="NVIDIA H200", capability=(9, 0), num_sms=132)
+    return choose_core(spec, p, options)
+
+
+def test_short_sequences_take_the_library_forward_where_inference_does():
+    """At SHORT_SEQ tokens or fewer our op runs; its forward is the library's where inference
+    plans the library's attention (B*H*S >= SDPA_MIN_ROWS; W092 128x16), ours below."""
+    w092 = dataclasses.replace(W092_LIKE, num_heads=96, num_kv_heads=8, head_dim=128,
+                               rotary_dim=128)
+    big = -(-SDPA_MIN_ROWS // (96 * SHORT_SEQ))     # the fewest batch rows that reach it
+    assert _core_plan(w092, big, SHORT_SEQ).attention.kind == "sdpa"
+    assert _core_plan(w092, big // 2, SHORT_SEQ).attention.kind == "online"
+    assert _core_plan(w092, big, SHORT_SEQ, options=Options(training_core="kernels")
+                      ).attention.kind == "online"
+    assert _core_plan(w092, big, SHORT_SEQ, dtype=torch.float32).attention.kind == "online"
+    masked = dataclasses.replace(w092, mask="additive")
+    assert _core_plan(masked, big, SHORT_SEQ).attention.kind == "online"
+
+
+def test_library_forward_gives_the_ops_outputs():
+    """The library's forward (traced with fake CUDA tensors) returns what the core op
+    declares: o as [B, S, H*D] rows and 8 bytes of statistics per query row and head."""
+    from inductor_gqa.lower.emit import emit_core
+    spec = dataclasses.replace(W092_LIKE, num_heads=96, num_kv_heads=8, head_dim=128,
+                               rotary_dim=128)
+    b, s = 16, SHORT_SEQ
+    plan = _core_plan(spec, b, s)
+    assert plan.attention.kind == "sdpa"
+    with FakeTensorMode():
+        q = torch.empty(b, s, 96 * 128, dtype=torch.bfloat16, device="cuda")
+        k, v = (torch.empty(b, s, 8 * 128, dtype=torch.bfloat16, device="cuda") for _ in "kv")
+        o, probs, stats = emit_core(plan, spec, dict(q=q, k=k, v=v, attn_mask=None,
+                                                     runtime_scale=None))
+        want = torch.ops.inductor_gqa.attention_core(q, k, v, None, None,
+                                                     **core_kwargs(spec))
+    for got, ref in zip((o, probs, stats), want):
+        assert (got.shape, got.dtype) == (ref.shape, ref.dtype)
+    assert o.is_contiguous()
 
 
 def test_training_form_takes_the_chosen_core(monkeypatch):

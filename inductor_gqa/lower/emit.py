@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from ..kernels import flash, flash_bwd, fp16_rows, linear, proj_rope, qk_epilogue
 from ..kernels.launch import interpreting
 from ..kernels.rope_table import TableSpec
+from ..op.attention_core import ml_of_lse
 from ..plan import configs
 from ..plan.plans import AttentionPlan, CorePlan, Fp16CopiesPlan, NativePlan, Plan
 from ..plan.spec import BlockSpec
@@ -138,6 +139,20 @@ def _sdpa(spec, q, k, v, b, s):
                                        is_causal=spec.causal, scale=spec.effective_scale(),
                                        enable_gqa=spec.groups > 1)
     return o.transpose(1, 2).reshape(b, s, h * d)
+
+
+def _library_forward(spec, q, k, v, b, s):
+    """(o rows, natural log-sum-exp [B, H, S]) by the library's FlashAttention-2 forward, which
+    takes grouped K/V heads as they are (no repeat_kv)."""
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+
+    def heads(t, n):
+        return t.view(b, s, n, d).transpose(1, 2)
+
+    out = torch.ops.aten._scaled_dot_product_flash_attention.default(
+        heads(q, h), heads(k, hk), heads(v, hk), 0.0, spec.causal, False,
+        scale=spec.effective_scale())
+    return out[0].transpose(1, 2).reshape(b, s, h * d), out[1]
 
 
 def _no_probs(x):
@@ -337,6 +352,9 @@ def emit_core(plan: CorePlan, spec: BlockSpec, t: dict):
     ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
     qv, kv, vv = _rows3(q, s, d), _rows3(k, s, d), _v4(v, s, d)
     ap = plan.attention
+    if ap.kind == "sdpa":
+        o, lse = _library_forward(spec, q, k, v, b, s)
+        return o, _no_probs(q), ml_of_lse(lse)
     if ap.kind == "online":
         o, ml = flash.launch(qv, kv, vv, o, mode=0, cfg=ap.main, ml=ml, store_ml=True, **common)
         return o, _no_probs(q), ml

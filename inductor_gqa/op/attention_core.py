@@ -95,6 +95,15 @@ def row_stats(q, k, attn_mask, runtime_scale, spec: BlockSpec) -> torch.Tensor:
     return torch.stack((m, total), -1).reshape(-1)
 
 
+def ml_of_lse(lse: torch.Tensor) -> torch.Tensor:
+    """The statistics of a forward that gives the natural log-sum-exp of its scaled scores
+    ([B, H, S] float32, the library's fused attention): per row the base-2 log-sum-exp as the
+    maximum and 1 as the sum, which the backward reads as exp2(t - lse) exactly as from
+    (max, sum). Only for rows that keep a key (the library's cores here have no mask tensor)."""
+    lse2 = lse.reshape(-1).float() * math.log2(math.e)
+    return torch.stack((lse2, torch.ones_like(lse2)), -1).reshape(-1)
+
+
 @torch.library.custom_op(FWD_NAME, mutates_args=())
 def attention_core(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],

@@ -325,6 +325,12 @@ def choose_core(spec: BlockSpec, p: Problem, options, runtime_scale: bool = Fals
     if spec.return_probs:
         attention = AttentionPlan("pair", cfgs.choose_attention(kind="pair", mode=2, **common),
                                   cfgs.choose_attention(kind="pair", mode=1, **common))
+    elif (rows >= SDPA_MIN_ROWS and p.device.type == "cuda"
+          and library_attention(spec, p.dtype, p.device, p.seq, options)):
+        # the library's forward (its log-sum-exp turned into our statistics), our backward:
+        # where inference plans the library's attention, ours is slower forward (H100, W092
+        # 128x16: 99 us against cuDNN's 41), and our backward needs no scratch
+        attention = AttentionPlan("sdpa")
     else:
         attention = AttentionPlan("online", cfgs.choose_attention(kind="online", mode=0,
                                                                   **common))
@@ -341,16 +347,25 @@ def choose_core(spec: BlockSpec, p: Problem, options, runtime_scale: bool = Fals
 SHORT_SEQ = 128
 
 
-def library_core(spec: BlockSpec, q, options, seq) -> bool:
-    """Whether a differentiable core runs as the library's fused attention
-    (F.scaled_dot_product_attention with its own backward) instead of ours: where it computes
-    the same thing, the sequence is longer than ``SHORT_SEQ`` (or symbolic) and
-    ``options.training_core`` is "auto". ``seq``: the sequence length; a sliding window at
-    least that long hides nothing (Gemma 2's 4096 at 2048 tokens)."""
+def library_attention(spec: BlockSpec, dtype, device, seq, options) -> bool:
+    """Whether the library's fused attention computes this core exactly as ours would, and
+    ``options.training_core`` lets it: 16-bit, no mask tensor, softcap or returned
+    probabilities, head_dim 64 or 128, on a GPU. ``seq``: the sequence length; a sliding
+    window at least that long hides nothing (Gemma 2's 4096 at 2048 tokens)."""
     s = static_int(seq)
     window_inert = not spec.window or (s is not None and s <= spec.window)
-    return (options.training_core == "auto" and q.device.type == "cuda"
-            and (s is None or s > SHORT_SEQ)
-            and q.dtype in (torch.bfloat16, torch.float16) and spec.mask == "none"
+    return (options.training_core == "auto" and device.type == "cuda"
+            and dtype in (torch.bfloat16, torch.float16) and spec.mask == "none"
             and not spec.return_probs and window_inert and not spec.softcap
             and spec.head_dim in (64, 128))
+
+
+def library_core(spec: BlockSpec, q, options, seq) -> bool:
+    """Whether a differentiable core runs as the library's fused attention
+    (F.scaled_dot_product_attention with its own backward) instead of our op: where it
+    computes the same (``library_attention``) and the sequence is longer than ``SHORT_SEQ``
+    (or symbolic). At ``SHORT_SEQ`` or fewer tokens our op's backward runs, after the
+    library's forward where the grid is large (``choose_core``)."""
+    s = static_int(seq)
+    return (library_attention(spec, q.dtype, q.device, seq, options)
+            and (s is None or s > SHORT_SEQ))

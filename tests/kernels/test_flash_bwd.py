@@ -18,6 +18,7 @@ from attention_ref import attention
 from inductor_gqa.kernels import flash, flash_bwd
 from inductor_gqa.kernels.flash_bwd import BackwardConfig
 from inductor_gqa.kernels.launch import direct_launches
+from inductor_gqa.op.attention_core import ml_of_lse
 from inductor_gqa.plan.configs import AttentionConfig
 
 CFG = BackwardConfig(16, 16, 16, 16, 4, 1, pre_m=16)
@@ -237,7 +238,8 @@ def test_fused_dqkv_buffer_kmajor_v_tf32():
 
 
 def test_lse_statistics_and_launch_errors():
-    """The log-sum-exp form of the statistics gives the same gradients as ml; misuse is
+    """The log-sum-exp form of the statistics gives the same gradients as ml, and so does a
+    natural-log LSE (the library's forward) turned into ml by ``ml_of_lse``; misuse is
     refused."""
     b, h, hk, s, d = 1, 2, 1, 17, 16
     q, k, v, do = inputs(b, h, hk, s, d, seed=13)
@@ -256,8 +258,11 @@ def test_lse_statistics_and_launch_errors():
         lse = m_ + torch.log2(l_)
         a = flash_bwd.launch(view(qr), view(kr), vv, ov, view(dor), cfg=CFG, ml=ml, **common)
         c = flash_bwd.launch(view(qr), view(kr), vv, ov, view(dor), cfg=CFG, lse=lse, **common)
-        for x, y in zip(a, c):
+        nat = ml_of_lse((lse / math.log2(math.e)).view(b, h, s))
+        e = flash_bwd.launch(view(qr), view(kr), vv, ov, view(dor), cfg=CFG, ml=nat, **common)
+        for x, y, z in zip(a, c, e):
             torch.testing.assert_close(x, y)
+            torch.testing.assert_close(x, z)
         with pytest.raises(ValueError, match="exactly one"):
             flash_bwd.launch(view(qr), view(kr), vv, ov, view(dor), cfg=CFG, **common)
         with pytest.raises(ValueError, match="probs and dprobs"):
