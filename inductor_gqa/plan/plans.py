@@ -343,7 +343,8 @@ def choose_core(spec: BlockSpec, p: Problem, options, runtime_scale: bool = Fals
 # to the query heads: 193 MiB at W092 128x16, which put the step's peak 16 MiB above stock's;
 # ours 108 MiB lower), and ours is as fast there (H100, x stock at 128x16 / 128x4 / 128x1:
 # ours 1.15 / 1.06 / 1.04, the library's 1.08 / 1.09 / 1.06). From 256 tokens on the library's
-# is faster (256x2 1.13 against 1.10, 512x1 1.23 against 1.17).
+# is faster (256x2 1.13 against 1.10, 512x1 1.23 against 1.17). Our backward, that is: at a
+# large grid the forward is the library's (``choose_core``).
 SHORT_SEQ = 128
 
 
