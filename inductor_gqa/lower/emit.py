@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
-from torch.nn.attention import SDPBackend
 
 from ..kernels import flash, flash_bwd, fp16_rows, linear, proj_rope, qk_epilogue
 from ..kernels.launch import interpreting
@@ -144,36 +142,17 @@ def _sdpa(spec, q, k, v, b, s):
 
 
 def _library_forward(spec, q, k, v, b, s):
-    """(o rows, natural log-sum-exp) by the library's fused attention forward: the backend its
-    SDPA takes for these tensors, cuDNN (H100, W092 128x16: 46 us) or else FlashAttention-2
-    (83 us); both take grouped K/V heads as they are (no repeat_kv)."""
+    """(o rows, natural log-sum-exp [B, H, S]) by the library's FlashAttention-2 forward, which
+    takes grouped K/V heads as they are (no repeat_kv)."""
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
 
     def heads(t, n):
         return t.view(b, s, n, d).transpose(1, 2)
 
-    qh, kh, vh = heads(q, h), heads(k, hk), heads(v, hk)
-    scale = spec.effective_scale()
-    if _sdpa_backend(qh, kh, vh, spec.causal, scale) == int(SDPBackend.CUDNN_ATTENTION):
-        out = torch.ops.aten._scaled_dot_product_cudnn_attention.default(
-            qh, kh, vh, None, True, 0.0, spec.causal, False, scale=scale)
-    else:
-        out = torch.ops.aten._scaled_dot_product_flash_attention.default(
-            qh, kh, vh, 0.0, spec.causal, False, scale=scale)
+    out = torch.ops.aten._scaled_dot_product_flash_attention.default(
+        heads(q, h), heads(k, hk), heads(v, hk), 0.0, spec.causal, False,
+        scale=spec.effective_scale())
     return out[0].transpose(1, 2).reshape(b, s, h * d), out[1]
-
-
-def _sdpa_backend(qh, kh, vh, causal, scale) -> int:
-    """The backend the library's SDPA would take (its own choice, asked of the traced fake
-    tensors outside the trace); -1 where it cannot say (no GPU)."""
-    if not torch.cuda.is_available():
-        return -1
-    try:
-        with disable_proxy_modes_tracing():
-            return torch._fused_sdp_choice(qh, kh, vh, None, 0.0, causal, scale=scale,
-                                           enable_gqa=True)
-    except RuntimeError:
-        return -1
 
 
 def _no_probs(x):
