@@ -81,12 +81,12 @@ def test_library_core_at_a_symbolic_length():
     assert not library_core(dataclasses.replace(W092_LIKE, window=4096), _q(), Options(), seq)
 
 
-def _core_plan(spec, b, s, dtype=torch.bfloat16, options=Options()):
+def _core_plan(spec, b, s, dtype=torch.bfloat16, options=Options(), capability=(9, 0)):
     """``choose_core``'s plan for a core of ``spec`` at (B, S) on an H200 (fake tensors)."""
     with FakeTensorMode():
         q = torch.empty(b, s, spec.num_heads * spec.head_dim, dtype=dtype)
     p = dataclasses.replace(core_problem(q, None), device=torch.device("cuda"),
-                            gpu="NVIDIA H200", capability=(9, 0), num_sms=132)
+                            gpu="NVIDIA H200", capability=capability, num_sms=132)
     return choose_core(spec, p, options)
 
 
@@ -103,6 +103,9 @@ def test_short_sequences_take_the_library_forward_where_inference_does():
     assert _core_plan(w092, big, SHORT_SEQ, dtype=torch.float32).attention.kind == "online"
     masked = dataclasses.replace(w092, mask="additive")
     assert _core_plan(masked, big, SHORT_SEQ).attention.kind == "online"
+    # the library's FlashAttention-2 forward needs sm_80
+    assert _core_plan(w092, big, SHORT_SEQ, dtype=torch.float16,
+                      capability=(7, 5)).attention.kind == "online"
 
 
 def test_library_forward_gives_the_ops_outputs():

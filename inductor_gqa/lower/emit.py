@@ -128,12 +128,17 @@ def _scale_args(spec, runtime):
     return dict(runtime=runtime, scale_div=spec.core == "explicit" and spec.scale_op == "div")
 
 
+def _heads(rows, b, s, n, d):
+    """[B*S, n*D] (or [B, S, n*D]) rows as a [B, n, S, D] view."""
+    return rows.view(b, s, n, d).transpose(1, 2)
+
+
 def _sdpa(spec, q, k, v, b, s):
     """The library's attention on the [B*S, heads*D] rows as [B, heads, S, D] views."""
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
 
     def heads(t, n):
-        return t[0].view(b, s, n, d).transpose(1, 2)
+        return _heads(t[0], b, s, n, d)
 
     o = F.scaled_dot_product_attention(heads(q, h), heads(k, hk), heads(v, hk),
                                        is_causal=spec.causal, scale=spec.effective_scale(),
@@ -145,13 +150,9 @@ def _library_forward(spec, q, k, v, b, s):
     """(o rows, natural log-sum-exp [B, H, S]) by the library's FlashAttention-2 forward, which
     takes grouped K/V heads as they are (no repeat_kv)."""
     h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-
-    def heads(t, n):
-        return t.view(b, s, n, d).transpose(1, 2)
-
     out = torch.ops.aten._scaled_dot_product_flash_attention.default(
-        heads(q, h), heads(k, hk), heads(v, hk), 0.0, spec.causal, False,
-        scale=spec.effective_scale())
+        _heads(q, b, s, h, d), _heads(k, b, s, hk, d), _heads(v, b, s, hk, d), 0.0,
+        spec.causal, False, scale=spec.effective_scale())
     return out[0].transpose(1, 2).reshape(b, s, h * d), out[1]
 
 
@@ -346,15 +347,15 @@ def emit_core(plan: CorePlan, spec: BlockSpec, t: dict):
     tensors ``t`` (q, k, v, attn_mask, runtime_scale)."""
     q, k, v = (t[n].contiguous() for n in ("q", "k", "v"))
     b, s, _ = q.shape
+    ap = plan.attention
+    if ap.kind == "sdpa":
+        o, lse = _library_forward(spec, q, k, v, b, s)
+        return o, _no_probs(q), ml_of_lse(lse)
     h, d = spec.num_heads, spec.head_dim
     common = _core_common(plan, spec, t, b, s)
     o = torch.empty((b, s, h * d), device=q.device, dtype=q.dtype)
     ml = torch.empty((b * h * s * 2,), device=q.device, dtype=torch.float32)
     qv, kv, vv = _rows3(q, s, d), _rows3(k, s, d), _v4(v, s, d)
-    ap = plan.attention
-    if ap.kind == "sdpa":
-        o, lse = _library_forward(spec, q, k, v, b, s)
-        return o, _no_probs(q), ml_of_lse(lse)
     if ap.kind == "online":
         o, ml = flash.launch(qv, kv, vv, o, mode=0, cfg=ap.main, ml=ml, store_ml=True, **common)
         return o, _no_probs(q), ml

@@ -325,11 +325,12 @@ def choose_core(spec: BlockSpec, p: Problem, options, runtime_scale: bool = Fals
     if spec.return_probs:
         attention = AttentionPlan("pair", cfgs.choose_attention(kind="pair", mode=2, **common),
                                   cfgs.choose_attention(kind="pair", mode=1, **common))
-    elif (rows >= SDPA_MIN_ROWS and p.device.type == "cuda"
+    elif (rows >= SDPA_MIN_ROWS and p.capability >= (8, 0)
           and library_attention(spec, p.dtype, p.device, p.seq, options)):
         # the library's forward (its log-sum-exp turned into our statistics), our backward:
         # where inference plans the library's attention, ours is slower forward (H100, W092
-        # 128x16: 99 us against cuDNN's 41), and our backward needs no scratch
+        # 128x16: 99 us against cuDNN's 41), and our backward needs no scratch. Its
+        # FlashAttention-2 runs from sm_80 on.
         attention = AttentionPlan("sdpa")
     else:
         attention = AttentionPlan("online", cfgs.choose_attention(kind="online", mode=0,
