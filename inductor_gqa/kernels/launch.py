@@ -59,7 +59,7 @@ def launch(kernel, grid: Sequence, outputs: Sequence[str], *, num_warps: int = 4
         raise ValueError(f"launch {kernel.__name__}: outputs {missing} are not tensor arguments")
     if _recorder is not None:
         _recorder.append(Launch(kernel, tuple(grid), dict(args), num_warps, num_stages,
-                                dict(tma or {})))
+                                dict(tma or {}), tuple(outputs)))
         return tuple(torch.empty_like(args[n]) for n in outputs)
     if _direct:
         run_args = dict(args)
@@ -91,6 +91,7 @@ class Launch:
     num_warps: int
     num_stages: int
     tma: dict
+    outputs: tuple = ()
 
 
 @contextlib.contextmanager

@@ -80,7 +80,7 @@ def _part(x, rows, m_ok, w_ptr, eps, cos_ptr, sin_ptr, cs_b, cs_s, cs_d, S, flag
     # the range rule per (token, head) row; rows past M (zeros, or NaN after a norm with eps 0)
     # are left out once per row, not per element
     bad = bad_rows16(x1, x2, h1, h2, tl.full(x1.shape, 1, tl.int1)) & m_ok[:, None]
-    tl.atomic_max(flag_ptr + tl.zeros_like(bad).to(tl.int32), 1, mask=bad)
+    tl.atomic_max(flag_ptr + tl.full(bad.shape, 0, tl.int32), 1, mask=bad)
     y = tl.reshape(tl.permute(tl.join(h1, h2), [0, 1, 3, 2]), [BM, HB * D])
     return y
 

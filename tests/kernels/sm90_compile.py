@@ -224,7 +224,8 @@ def _add_launches(seen, name, launches):
                               if k.isupper() and k not in ("D", "BLOCK_D"))
             seen[key] = (f"{fn.__name__} [{name}] {short} w{la.num_warps} "
                          f"s{la.num_stages}", fn.__module__, fn.__name__, sig, consts,
-                         dict(num_warps=la.num_warps, num_stages=la.num_stages))
+                         dict(num_warps=la.num_warps, num_stages=la.num_stages),
+                         _writes_job(la))
 
 
 def _backward_cases():
@@ -423,6 +424,59 @@ def _core_launches():
         yield name, launches
 
 
+def _writes_job(la):
+    """What Inductor's write analysis needs of a launch, as picklable values: the kernel's
+    module and name, its arguments (tensors as (dtype, shape)), the descriptor block shapes,
+    the launch shape and the tensors the launch declares as written."""
+    import torch
+
+    args = {k: (("tensor", str(v.dtype).split(".")[-1], tuple(v.shape))
+                if isinstance(v, torch.Tensor) else v) for k, v in la.args.items()}
+    return (la.kernel.__module__, la.kernel.__name__, args,
+            {k: list(v) for k, v in la.tma.items()}, la.num_warps, la.num_stages,
+            tuple(la.outputs))
+
+
+class _Sm90Driver:
+    """Stands in for the active GPU driver where Inductor's analysis asks for the target."""
+
+    def get_current_target(self):
+        from triton.backends.compiler import GPUTarget
+        return GPUTarget("cuda", 90, 32)
+
+
+def inductor_writes(wjob) -> set:
+    """The tensors Inductor's analysis of the kernel's TTIR says the launch writes: what
+    Inductor marks as mutated when it compiles the launch (a graph input among them is a
+    mutated input, which makes CUDA-graph trees skip the graph). Where the analysis cannot
+    tell, Inductor takes every tensor argument as written, and so does this."""
+    import importlib
+
+    import torch
+    import triton
+    from torch._higher_order_ops import triton_kernel_wrap as tkw
+
+    from inductor_gqa.kernels.launch import _configured
+
+    module, kernel, args, tma, warps, stages, _ = wjob
+    fn = _configured(getattr(importlib.import_module(module), kernel), warps, stages)
+    kwargs = {k: (torch.empty(v[2], dtype=getattr(torch, v[1]), device="meta")
+                  if isinstance(v, tuple) and v[:1] == ("tensor",) else v)
+              for k, v in args.items()}
+    meta = {n: ("stable", (shape,)) for n, shape in tma.items()}
+    previous = triton.runtime.driver._active
+    triton.runtime.driver.set_active(_Sm90Driver())
+    try:
+        if hasattr(tkw, "identify_accessed_tensors"):           # torch >= 2.12
+            acc = tkw.identify_accessed_tensors(fn, kwargs, meta)
+            written = {d.name for d in acc.read_writes.writes}
+        else:
+            written = set(tkw.identify_mutated_tensors(fn, kwargs, meta))
+    finally:
+        triton.runtime.driver._active = previous
+    return {n for n in written if isinstance(kwargs.get(n), torch.Tensor)}
+
+
 def _compile(job):
     import importlib
 
@@ -430,7 +484,7 @@ def _compile(job):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    name, module, kernel, sig, consts, options = job
+    name, module, kernel, sig, consts, options = job[:6]
     fn = getattr(importlib.import_module(module), kernel)
     return triton.compile(ASTSource(fn, sig, constexprs=consts),
                           target=GPUTarget("cuda", 90, 32), options=options)
@@ -440,8 +494,13 @@ def compile_one(job):
     try:
         k = _compile(job)
     except Exception as e:  # noqa: BLE001
-        return job[0], f"{type(e).__name__}: {str(e)[-600:]}", None, None
-    return job[0], None, k.metadata.shared, _local_bytes(k)
+        return job[0], f"{type(e).__name__}: {str(e)[-600:]}", None, None, ()
+    return job[0], None, k.metadata.shared, _local_bytes(k), undeclared_writes(job[6])
+
+
+def undeclared_writes(wjob) -> tuple:
+    """Tensors Inductor would take as written that the launch does not declare (sorted)."""
+    return tuple(sorted(inductor_writes(wjob) - set(wjob[6])))
 
 
 def _local_bytes(k) -> int:
@@ -516,9 +575,11 @@ def main(argv=None) -> int:
             if a.inspect in job[0]:
                 print(inspect(job))
         return 0
-    failed, too_big, spills = [], [], []
+    failed, too_big, spills, writes = [], [], [], []
     with concurrent.futures.ProcessPoolExecutor(a.jobs) as pool:
-        for name, err, shared, local in pool.map(compile_one, todo):
+        for name, err, shared, local, extra in pool.map(compile_one, todo):
+            if extra:
+                writes.append(f"Inductor takes {list(extra)} as written, undeclared: {name}")
             if a.shared and not err:
                 print(f"{shared:7d} B  {name}")
             if err:
@@ -527,12 +588,13 @@ def main(argv=None) -> int:
                 too_big.append(f"over shared memory ({shared} B) {name}")
             elif local > MAX_SPILL and name.startswith(NO_SPILLS) and " train " in name:
                 spills.append(f"spills {local} B per thread: {name}")
-    for line in too_big + failed + spills:
+    for line in too_big + failed + spills + writes:
         print(line)
     print(f"{len(todo)} kernels compiled for sm_90 in {time.time() - t0:.0f}s: "
           f"{len(failed)} failed, {len(too_big)} need more shared memory than a block has, "
-          f"{len(spills)} training backward kernels spill over {MAX_SPILL} B")
-    return 1 if failed or too_big or spills else 0
+          f"{len(spills)} training backward kernels spill over {MAX_SPILL} B, "
+          f"{len(writes)} write tensors they do not declare")
+    return 1 if failed or too_big or spills or writes else 0
 
 
 if __name__ == "__main__":
