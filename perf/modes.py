@@ -2,9 +2,12 @@
 
     python -m perf.modes [--out DIR] [--cases W075:131x1,W092:128x1] [--modes ...]
 
-Per (case, mode): the block fused (the pass's counters), the workload's tolerance rule on fresh
-inputs (W075 under "high"; reference: the eager function under "highest"), the first call and
-the median plain call. Modes:
+Per (case, mode, implementation): the block fused (the pass's counters), the workload's
+tolerance rule on fresh inputs (W075 under "high"; reference: the eager function under
+"highest"), the first call, the median plain call and, under ``reduce-overhead``, the CUDA-graph
+skips Inductor counted (a skip means the mode silently runs without graphs). Each mode runs
+stock Inductor (``stock``: ``backend="inductor"``, or a package built without our pass) and
+ours (``ours``) side by side. Modes:
 
 - ``default``: ``torch.compile(f, backend="inductor_gqa")``, static shapes;
 - ``reduce-overhead``, ``max-autotune``: the same with that ``mode=`` (CUDA-graph trees, GEMM
@@ -16,7 +19,8 @@ the median plain call. Modes:
   compiled model ships).
 
 Writes ``modes.json`` to ``--out`` (default ``$OUT``, else the current directory). Exit status 1
-when any mode errored, did not fuse, or missed the tolerance.
+when a row of ours errored, did not fuse, missed the tolerance or (``reduce-overhead``) skipped
+CUDA graphs; stock's rows are recorded for comparison (a stock error is its own, not ours).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from inductor_gqa import workloads as wl
 from perf import bench
 
 MODES = ("default", "cpp_wrapper", "aoti", "reduce-overhead", "dynamic", "max-autotune")
+IMPLS = ("stock", "ours")
 PRECISION = {"W075": "high", "W092": "high"}
 
 # Run in the fresh process of the aoti mode: loads the package and runs it; prints one JSON line.
@@ -98,9 +103,9 @@ def _check(w, s, b, call, seeds, precision) -> tuple[bool, float]:
     return bool(passed), worst
 
 
-def _compiled_row(w, s, b, mode: str, precision: str) -> dict:
+def _compiled_row(w, s, b, mode: str, precision: str, impl: str) -> dict:
     import inductor_gqa  # noqa: F401  (registers the backend)
-    kw: dict = {"backend": "inductor_gqa"}
+    kw: dict = {"backend": "inductor_gqa" if impl == "ours" else "inductor"}
     if mode in ("reduce-overhead", "max-autotune"):
         kw["mode"] = mode
     kw["dynamic"] = mode == "dynamic"
@@ -125,15 +130,18 @@ def _compiled_row(w, s, b, mode: str, precision: str) -> dict:
     return row
 
 
-def _aoti_row(w, s, b, precision: str, workdir: str) -> dict:
+def _aoti_row(w, s, b, precision: str, workdir: str, impl: str) -> dict:
+    import contextlib
+
     import inductor_gqa
     inputs = bench.make_inputs(w, s, b, "cuda", 101)
     names = list(inputs)
     args = tuple(inputs[n] for n in names)
     ep = torch.export.export(_FnModule(w.fn, names), args)
-    pkg = os.path.join(workdir, f"{w.name}_{s}x{b}.pt2")
+    pkg = os.path.join(workdir, f"{w.name}_{s}x{b}_{impl}.pt2")
     t = time.perf_counter()
-    with inductor_gqa.installed(), torch.no_grad():
+    scope = inductor_gqa.installed() if impl == "ours" else contextlib.nullcontext()
+    with scope, torch.no_grad():
         torch._inductor.aoti_compile_and_package(ep, package_path=pkg)
     row: dict = {"compile_s": round(time.perf_counter() - t, 2)}
     in_path, out_path = os.path.join(workdir, "inputs.pt"), os.path.join(workdir, "outputs.pt")
@@ -152,19 +160,21 @@ def _aoti_row(w, s, b, precision: str, workdir: str) -> dict:
     return row
 
 
-def run_one(w, s, b, mode: str, workdir: str) -> dict:
+def run_one(w, s, b, mode: str, workdir: str, impl: str = "ours") -> dict:
     precision = PRECISION[w.name]
     torch._dynamo.reset()
     counters.clear()
     torch.set_float32_matmul_precision(precision)
-    row = {"workload": w.name, "seq": s, "batch": b, "mode": mode, "precision": precision}
+    row = {"workload": w.name, "seq": s, "batch": b, "mode": mode, "impl": impl,
+           "precision": precision}
     try:
-        row.update(_aoti_row(w, s, b, precision, workdir) if mode == "aoti"
-                   else _compiled_row(w, s, b, mode, precision))
+        row.update(_aoti_row(w, s, b, precision, workdir, impl) if mode == "aoti"
+                   else _compiled_row(w, s, b, mode, precision, impl))
         row["blocks_fused"] = counters["inductor_gqa"]["blocks_fused"]
         row["rejected"] = {k: v for k, v in counters["inductor_gqa"].items()
                            if k.startswith("rejected")}
-        row["status"] = "ok" if row["passed"] and row["blocks_fused"] >= 1 else "failed"
+        row["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"]
+        row["status"] = row_status(row)
     except Exception as e:  # one mode's failure must not hide the others'
         row["status"], row["error"] = "error", f"{type(e).__name__}: {e}"[:2000]
         traceback.print_exc()
@@ -172,17 +182,50 @@ def run_one(w, s, b, mode: str, workdir: str) -> dict:
     return row
 
 
+def row_status(row: dict) -> str:
+    """"ok", or "failed": the tolerance missed, (ours) no block fused, or CUDA graphs skipped
+    under ``reduce-overhead``."""
+    if not row["passed"]:
+        return "failed"
+    if row["impl"] == "ours" and row["blocks_fused"] < 1:
+        return "failed"
+    if row["mode"] == "reduce-overhead" and row.get("cudagraph_skips", 0):
+        return "failed"
+    return "ok"
+
+
+def compare(rows: list) -> list:
+    """Per (case, mode) with both rows ok: ours' plain call and first call over stock's."""
+    by = {}
+    for r in rows:
+        by.setdefault((r["workload"], r["seq"], r["batch"], r["mode"]), {})[r["impl"]] = r
+    out = []
+    for (wname, s, b, mode), pair in by.items():
+        st, us = pair.get("stock"), pair.get("ours")
+        if not (st and us) or "error" in st or "error" in us:
+            continue
+        out.append({"workload": wname, "seq": s, "batch": b, "mode": mode,
+                    "plain_ratio": round(us["plain_us"] / st["plain_us"], 3),
+                    "first_ratio": round(us["first_s"] / max(st["first_s"], 1e-3), 3)})
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m perf.modes", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", default="W075:131x1,W092:128x1")
     p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--impls", default=",".join(IMPLS))
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     modes = [m for m in a.modes.split(",") if m]
     for m in modes:
         if m not in MODES:
             raise SystemExit(f"unknown mode {m!r} (choose from {MODES})")
+    impls = [i for i in a.impls.split(",") if i]
+    for i in impls:
+        if i not in IMPLS:
+            raise SystemExit(f"unknown implementation {i!r} (choose from {IMPLS})")
     cases = _parse_cases(a.cases)
     if not torch.cuda.is_available():
         print("perf.modes needs a CUDA GPU")
@@ -196,14 +239,27 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as workdir:
         for m in modes:
             for w, s, b in cases:
-                rows.append(run_one(w, s, b, m, workdir))
-                with open(os.path.join(out, "modes.json"), "w") as f:   # kept if cut short
-                    json.dump(doc, f, indent=1)
+                for impl in impls:
+                    rows.append(run_one(w, s, b, m, workdir, impl))
+                    doc["compare"] = compare(rows)
+                    with open(os.path.join(out, "modes.json"), "w") as f:  # kept if cut short
+                        json.dump(doc, f, indent=1)
+    for c in doc.get("compare", []):
+        print(f"  {c['workload']} {c['seq']}x{c['batch']} {c['mode']:16s} ours/stock: plain "
+              f"{c['plain_ratio']:.2f}, first call {c['first_ratio']:.2f}")
     bad = [r for r in rows if r["status"] != "ok"]
     print(f"modes: {len(rows) - len(bad)} of {len(rows)} ok"
-          + "".join(f"\n  {r['workload']} {r['seq']}x{r['batch']} {r['mode']}: "
-                    f"{r.get('error') or r.get('rejected') or 'tolerance'}" for r in bad))
-    return 1 if bad else 0
+          + "".join(f"\n  {r['workload']} {r['seq']}x{r['batch']} {r['mode']} {r['impl']}: "
+                    f"{r.get('error') or r.get('rejected') or _why(r)}" for r in bad))
+    return 1 if any(r["impl"] == "ours" for r in bad) else 0
+
+
+def _why(row: dict) -> str:
+    if row.get("cudagraph_skips"):
+        return f"CUDA graphs skipped ({row['cudagraph_skips']})"
+    if not row.get("passed", True):
+        return "tolerance"
+    return "not fused"
 
 
 if __name__ == "__main__":

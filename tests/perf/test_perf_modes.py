@@ -31,3 +31,26 @@ def test_bad_selection_is_refused_before_anything_runs():
         modes.main(["--cases", "W075:131"])
     with pytest.raises(SystemExit, match="bad case"):
         modes.main(["--cases", "W999:131x1"])
+
+
+def _row(**kw):
+    base = dict(workload="W075", seq=131, batch=1, mode="default", impl="ours", passed=True,
+                blocks_fused=1, cudagraph_skips=0, plain_us=100.0, first_s=2.0)
+    return {**base, **kw}
+
+
+def test_a_row_of_ours_fails_when_unfused_out_of_tolerance_or_graphless():
+    assert modes.row_status(_row()) == "ok"
+    assert modes.row_status(_row(blocks_fused=0)) == "failed"
+    assert modes.row_status(_row(impl="stock", blocks_fused=0)) == "ok"
+    assert modes.row_status(_row(passed=False)) == "failed"
+    assert modes.row_status(_row(mode="reduce-overhead", cudagraph_skips=1)) == "failed"
+    assert modes.row_status(_row(mode="reduce-overhead", impl="stock", cudagraph_skips=1)) \
+        == "failed"
+
+
+def test_compare_pairs_stock_and_ours_per_case_and_mode():
+    rows = [_row(impl="stock", plain_us=200.0, first_s=4.0), _row(),
+            _row(mode="aoti", impl="stock"), _row(mode="aoti", error="boom")]
+    (c,) = modes.compare(rows)
+    assert (c["mode"], c["plain_ratio"], c["first_ratio"]) == ("default", 0.5, 0.5)
