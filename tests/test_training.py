@@ -14,6 +14,7 @@ from torch._dynamo.utils import counters
 
 import hf_models
 from hf_models import FAMILIES, attention_paths, build, call_kwargs, inputs
+from tolerance import judge, rel_err, worst_rel_err
 from inductor_gqa import Options, workloads as wl
 from inductor_gqa.find.explain import light_backend
 
@@ -73,6 +74,8 @@ def test_grad_enabled_forward_is_fused():
     ("glm4_moe", "sdpa", False),    # bias, QK norm, partial rotary, MoE
 ])
 def test_training_step_through_inductor(family, impl, padded):
+    """Loss and gradients within float32 rounding of eager's, or else within stock Inductor's
+    own deviation on the same step (tests/tolerance.py)."""
     model = build(family, impl)
     ids, mask = inputs(padded)
     ref_loss, ref_grads = _step(model, ids, mask)
@@ -81,8 +84,17 @@ def test_training_step_through_inductor(family, impl, padded):
                                                         options={"fuse_with_grad": True}))
     assert dict(counters["inductor_gqa_fused"]) == {p: 1 for p in attention_paths(model)}
     assert not any(k.startswith("rejected") for k in counters["inductor_gqa"])
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=0)
-    _assert_grads_equal(grads, ref_grads)
+
+    def deviations(loss, grads):
+        err, name = worst_rel_err(grads, ref_grads)
+        return {"loss": rel_err(loss, ref_loss), "gradients": err}, {"gradients": f"d{name}"}
+
+    def stock():
+        return deviations(*_step(model, ids, mask, torch.compile(model, backend="inductor",
+                                                                 dynamic=False)))[0]
+
+    ours, notes = deviations(loss, grads)
+    judge(ours, {"loss": 1e-5, "gradients": 1e-4}, stock, notes=notes)
 
 
 def test_dynamic_shapes_with_grad():
@@ -210,27 +222,59 @@ def test_a_failed_retrace_leaves_the_graph_to_stock(monkeypatch, caplog):
     _assert_grads_equal(grads, ref_grads)
 
 
+def _adamw_steps(model, compiled, steps: int, lr: float):
+    """``steps`` AdamW steps, each on a new left-padded batch: [(loss, gradients)] per step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    out = []
+    for step in range(steps):
+        ids, mask = inputs(padded=True, seed=step)
+        out.append(_step(model, ids, mask, compiled))
+        opt.step()
+    return out
+
+
+def _steps_deviation(run, model, ref_run, ref_model):
+    """Each step's loss and worst gradient error, and the weights' largest difference after the
+    steps: ({quantity: deviation}, {quantity: the worst tensor's name})."""
+    dev, notes = {}, {}
+    for step, ((loss, grads), (ref_loss, ref_grads)) in enumerate(zip(run, ref_run)):
+        dev[f"step {step} loss"] = rel_err(loss, ref_loss)
+        dev[f"step {step} gradients"], name = worst_rel_err(grads, ref_grads)
+        notes[f"step {step} gradients"] = f"d{name}"
+    dev["weights"], notes["weights"] = max(
+        ((p - r).abs().max().item(), name)
+        for (name, p), r in zip(model.named_parameters(), ref_model.parameters()))
+    return dev, notes
+
+
 @pytest.mark.parametrize("family,impl", [("llama", "sdpa"), ("gemma2", "eager")])
 def test_a_few_optimizer_steps_follow_eager(family, impl):
     """Three AdamW steps through ``backend="inductor_gqa"`` (defaults), each on a new left-padded
-    batch, against an eager copy: every step's loss and gradients, and the weights after them."""
-    ref_model = build(family, impl).train()
-    model = copy.deepcopy(ref_model)
-    compiled = torch.compile(model, backend="inductor_gqa", dynamic=False)
-    lr = 1e-3
-    ref_opt = torch.optim.AdamW(ref_model.parameters(), lr=lr)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    for step in range(3):
-        ids, mask = inputs(padded=True, seed=step)
-        ref_loss, ref_grads = _step(ref_model, ids, mask)
-        loss, grads = _step(model, ids, mask, compiled)
-        ref_opt.step()
-        opt.step()
-        torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=0)
-        # from the second step on, the weights differ by float rounding through Adam
-        _assert_grads_equal(grads, ref_grads, rtol=1e-4 if step == 0 else 1e-3)
+    batch, against an eager copy: every step's loss and gradients, and the weights after them.
+
+    From the second step on the weights differ by float rounding through Adam, by as much as the
+    compiler's rounding, so each quantity has a floor (float32 rounding of one step: 1e-5 of the
+    loss, 1e-4 of a gradient's scale; 1e-3 from the second step; a tenth of lr for the weights,
+    since Adam may move an element whose gradient is about 0 by a fraction of lr differently)
+    and above it must stay within stock Inductor's own deviation on the same steps
+    (tests/tolerance.py: on one machine stock was 1.20e-3 of a Gemma 2 norm weight's gradient
+    scale off eager after three steps)."""
+    steps, lr = 3, 1e-3
+    init = build(family, impl).train()
+    ref_model, model = copy.deepcopy(init), copy.deepcopy(init)
+    ref_run = _adamw_steps(ref_model, None, steps, lr)
+    run = _adamw_steps(model, torch.compile(model, backend="inductor_gqa", dynamic=False),
+                       steps, lr)
     assert set(counters["inductor_gqa_fused"]) == attention_paths(model)
-    # Adam divides by the gradient's running size: an element whose gradient is about 0 may
-    # move by a fraction of lr differently; a tenth of a step is the bound
-    for (name, p), r in zip(model.named_parameters(), ref_model.parameters()):
-        torch.testing.assert_close(p, r, rtol=0, atol=lr / 10, msg=lambda m: f"{name}: {m}")
+
+    def stock():
+        m = copy.deepcopy(init)
+        stock_run = _adamw_steps(m, torch.compile(m, backend="inductor", dynamic=False), steps,
+                                 lr)
+        return _steps_deviation(stock_run, m, ref_run, ref_model)[0]
+
+    ours, notes = _steps_deviation(run, model, ref_run, ref_model)
+    floors = {q: (1e-5 if "loss" in q else 1e-4 if q == "step 0 gradients" else 1e-3)
+              for q in ours}
+    floors["weights"] = lr / 10
+    judge(ours, floors, stock, notes=notes)
