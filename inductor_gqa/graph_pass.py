@@ -23,7 +23,7 @@ from . import patterns
 from .find import report
 from .find.assemble import assemble
 from .find.canonical import canonicalize
-from .find.graph import Reject
+from .find.graph import NotAttention, Reject
 from .find.rewrite import rewrite
 from .lower import expand
 from .lower.emit import emit_core, emit_core_backward
@@ -32,7 +32,7 @@ from .lower.training import check_core
 from .op.attention_core import (BWD_TENSORS, FWD_TENSORS, N_BWD_TENSORS, N_FWD_TENSORS,
                                 spec_of_core_args)
 from .options import Options
-from .patterns.attention_core import anchors
+from .patterns.attention_core import anchors, is_candidate
 from .plan import tune
 from .plan.plans import Problem, Unsupported, choose, choose_core, core_problem
 
@@ -119,7 +119,9 @@ def run(graph: Graph, options: Options, lower: bool = True) -> int:
     rep = report.GraphReport()
     if _requires_grad(graph):
         for a in found:
-            rep.seen(a)
+            if not is_candidate(a):
+                rep.not_attention(a, "softmax not followed by @ v")
+                continue
             rep.rejected(a, "inputs require grad", "the backward is already derived here: "
                          "compile with backend=\"inductor_gqa\" (fuse_with_grad, the default), "
                          "or call under torch.no_grad()")
@@ -132,9 +134,11 @@ def run(graph: Graph, options: Options, lower: bool = True) -> int:
     for anchor in found:
         if anchor not in alive:
             continue
-        rep.seen(anchor)
         try:
             match = assemble(anchor, options)
+        except NotAttention as r:
+            rep.not_attention(anchor, r.reason)
+            continue
         except Reject as r:
             rep.rejected(anchor, r.reason, r.detail)
             continue

@@ -14,9 +14,9 @@ from typing import Optional
 import torch
 from torch.fx import Node
 
-from inductor_gqa.find.graph import (CASTS, VIEWS, Reject, arg, dtype, is_op, is_permute,
-                                     runtime_scalar, same, scalar, shape, through_noop_expand,
-                                     through_views, val)
+from inductor_gqa.find.graph import (CASTS, VIEWS, NotAttention, Reject, arg, dtype, is_op,
+                                     is_permute, runtime_scalar, same, scalar, shape,
+                                     through_noop_expand, through_views, val)
 
 from .masks import Pattern, constant_pattern, is_constant_mask, split_keep_mask
 
@@ -134,6 +134,8 @@ def _match_explicit(softmax: Node, x: Node) -> Core:
     if pv is None:
         if _reaches_dropout(softmax):
             raise Reject("dropout is active")
+        if not _reaches_matmul(probs):
+            raise NotAttention("softmax not followed by @ v", "no matmul reads the softmax")
         raise Reject("softmax not followed by @ v")
     out = next(iter(pv.users)) if len(pv.users) == 1 else pv
     if not (is_op(out, *VIEWS) and len(shape(out)) == 4):
@@ -438,6 +440,28 @@ def _bool_keep_of(mask: Node) -> tuple[Optional[Node], float]:
             cond, aten.logical_not.default, aten.bitwise_not.default):
         return cond.args[0], a
     return None, 0.0
+
+
+_MATMULS = (aten.bmm.default, aten.matmul.default, aten.mm.default, aten.baddbmm.default,
+            aten.addmm.default)
+
+
+def _reaches_matmul(probs: Node, depth: int = 6) -> bool:
+    """Whether a matmul reads ``probs`` through views, expands, casts and clones: what makes a
+    softmax an attention candidate (a MoE router's softmax goes to topk instead)."""
+    for u in probs.users:
+        if is_op(u, *_MATMULS):
+            return True
+        if depth and is_op(u, aten.expand.default, aten.clone.default, *VIEWS, *CASTS) and \
+                _reaches_matmul(u, depth - 1):
+            return True
+    return False
+
+
+def is_candidate(anchor: Node) -> bool:
+    """Whether an anchor may be an attention block at all: an SDPA call, or a softmax whose
+    probabilities a matmul reads."""
+    return is_op(anchor, *SDPA_OPS) or _reaches_matmul(anchor)
 
 
 def match_core(anchor: Node) -> Core:

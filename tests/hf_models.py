@@ -41,6 +41,8 @@ def _config(family: str):
                                 first_k_dense_replace=1, n_shared_experts=1)
     if family == "olmo2":
         return tf.Olmo2Config(**c)
+    if family == "mixtral":        # its MoE router's softmax is no attention block
+        return tf.MixtralConfig(**c, num_local_experts=4, num_experts_per_tok=2)
     raise KeyError(family)
 
 

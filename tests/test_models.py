@@ -49,6 +49,24 @@ def test_whole_model_every_layer_fused(family, impl, padded):
     assert _rel_err(out, ref) <= 1e-5
 
 
+@pytest.mark.parametrize("family", ["mixtral", "glm4_moe"])
+def test_router_softmax_is_not_a_block(family, caplog):
+    """A mixture of experts' router (Mixtral's softmax over the experts, not followed by @ v)
+    is no attention block: not seen, not left, logged at DEBUG as "not attention"; the summary
+    reads every attention layer fused."""
+    model = build(family, "sdpa")
+    ids, mask = inputs(padded=True)
+    with caplog.at_level(logging.DEBUG, logger="inductor_gqa"):
+        result = explain(model, ids, **call_kwargs(mask))
+    _check_all_fused(result, model)
+    n = model.config.num_hidden_layers
+    assert counters["inductor_gqa"]["blocks_seen"] == counters["inductor_gqa"]["blocks_fused"] == n
+    assert not counters["inductor_gqa_left"]
+    assert result.table().endswith(f"fused {n} of {n} attention blocks; 0 left")
+    if family == "mixtral":
+        assert "not attention: model.layers.0.mlp" in caplog.text
+
+
 def test_eager_attentions_returned():
     """output_attentions=True: the probabilities leave the block (through the no-op dropout's
     copy); the op returns them too."""

@@ -30,6 +30,11 @@ class Reject(Exception):
         self.detail = detail
 
 
+class NotAttention(Reject):
+    """Not an attention candidate at all (a MoE router's softmax, whose probabilities no matmul
+    reads): not counted as a block seen or left, only logged at DEBUG."""
+
+
 def is_op(node, *targets) -> bool:
     if not isinstance(node, Node) or node.op != "call_function":
         return False

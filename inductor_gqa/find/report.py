@@ -6,6 +6,11 @@
 * the logger ``inductor_gqa``: one INFO line per block, and one summary per compiled graph
   ("fused 28 of 28 attention blocks; 0 left");
 * ``history``: the rows of recent graphs, for ``explain``.
+
+Under ``backend="inductor_gqa"`` the counts wait for the compile (``deferred``): a block is
+counted once its graph has compiled, so a graph that fails and is retried (after a graph break,
+say) is not counted twice. Only attention candidates are blocks: a softmax that no matmul reads
+(a MoE router's) is logged at DEBUG as "not attention" and counted nowhere.
 """
 
 from __future__ import annotations
@@ -39,12 +44,67 @@ history: collections.deque = collections.deque(maxlen=10000)
 _COUNTERS = ("inductor_gqa", "inductor_gqa_fused", "inductor_gqa_left")
 
 
+class Pending:
+    """Counts and rows held back until the compile they belong to has succeeded."""
+
+    def __init__(self):
+        self.counts: list[tuple[str, str]] = []
+        self.rows: list[Row] = []
+
+    def commit(self) -> None:
+        for group, key in self.counts:
+            counters[group][key] += 1
+        history.extend(self.rows)
+
+
+_pending: Optional[Pending] = None
+
+
+@contextlib.contextmanager
+def deferred():
+    """Hold the body's counts and rows back, and apply them only if it returns (the compile
+    succeeded); yields the Pending (its ``rows``: the blocks of this compile). Nested: the
+    outer one decides."""
+    global _pending
+    if _pending is not None:
+        yield _pending
+        return
+    _pending = held = Pending()
+    try:
+        yield held
+    finally:
+        _pending = None
+    held.commit()
+
+
+def count(group: str, key: str) -> None:
+    """``counters[group][key] += 1``, now or, inside ``deferred``, once the compile succeeded."""
+    if _pending is not None:
+        _pending.counts.append((group, key))
+    else:
+        counters[group][key] += 1
+
+
+def count_row(row: Row, plan_name: Optional[str] = None) -> None:
+    """The counts of one block."""
+    count("inductor_gqa", "blocks_seen")
+    if row.fused:
+        count("inductor_gqa", "blocks_fused")
+        count("inductor_gqa_fused", row.block)
+        if plan_name is not None:
+            count("inductor_gqa", f"plan: {plan_name}")
+    else:
+        count("inductor_gqa", f"rejected: {row.reason}")
+        count("inductor_gqa_left", f"{row.block}: {row.reason}")
+
+
 @contextlib.contextmanager
 def undone_on_error():
     """Counters and history as they were before the body, should it fail: the fusions it
     reported did not happen."""
     saved = {k: collections.Counter(counters[k]) for k in _COUNTERS}
     rows = len(history)
+    held = (len(_pending.counts), len(_pending.rows)) if _pending is not None else None
     try:
         yield
     except Exception:
@@ -53,6 +113,8 @@ def undone_on_error():
             counters[k].update(c)
         while len(history) > rows:
             history.pop()
+        if held is not None:
+            del _pending.counts[held[0]:], _pending.rows[held[1]:]
         raise
 
 
@@ -77,30 +139,29 @@ class GraphReport:
     def __init__(self):
         self.rows: list[Row] = []
 
-    def seen(self, anchor: Node) -> None:
-        counters["inductor_gqa"]["blocks_seen"] += 1
-
     def fused(self, anchor: Node, spec, plan=None) -> None:
         path = module_path(anchor)
-        counters["inductor_gqa"]["blocks_fused"] += 1
-        counters["inductor_gqa_fused"][path] += 1
-        if plan is not None:
-            counters["inductor_gqa"][f"plan: {plan.name}"] += 1
-        self._add(Row(path, True, spec=spec))
+        self._add(Row(path, True, spec=spec), plan.name if plan is not None else None)
         log.info("fused attention block %s: %s%s", path, spec,
                  f"; plan {plan}" if plan is not None else "")
 
     def rejected(self, anchor: Node, reason: str, detail: str = "") -> None:
         path = module_path(anchor)
-        counters["inductor_gqa"][f"rejected: {reason}"] += 1
-        counters["inductor_gqa_left"][f"{path}: {reason}"] += 1
         self._add(Row(path, False, reason, detail))
         log.info("left attention-like block %s unfused: %s%s", path, reason,
                  f" ({detail})" if detail else "")
 
-    def _add(self, row: Row) -> None:
+    def not_attention(self, anchor: Node, why: str) -> None:
+        """A softmax that is no attention candidate: no row, no count, a DEBUG line."""
+        log.debug("not attention: %s (%s)", module_path(anchor), why)
+
+    def _add(self, row: Row, plan_name: Optional[str] = None) -> None:
         self.rows.append(row)
-        history.append(row)
+        count_row(row, plan_name)
+        if _pending is not None:
+            _pending.rows.append(row)
+        else:
+            history.append(row)
 
     def summary(self) -> Optional[str]:
         if not self.rows:
