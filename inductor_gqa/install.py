@@ -10,7 +10,7 @@ from torch._inductor import config as inductor_config
 
 from .find import before_autograd
 from .graph_pass import AttentionBlockPass
-from .options import Options, as_options
+from .options import Options, as_options, split_options
 
 
 def _prior_pass():
@@ -51,16 +51,20 @@ def inductor_gqa_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
 
     ``mode=`` means what it means for stock Inductor (``torch._inductor.list_mode_options``):
     "reduce-overhead" replays the compiled graph, our op's launches included, as a CUDA graph.
-    ``options=`` are this package's ``Options`` (torch.compile takes one of the two)."""
+    ``options=`` takes this package's ``Options`` (or a dict of its fields) and, in the same
+    dict, stock Inductor's options as ``backend="inductor"`` takes them (``"max_autotune"``,
+    ``"triton.cudagraphs"``, ...), which are passed on to Inductor (``split_options``)."""
     from torch._inductor import list_mode_options
     from torch._inductor.compile_fx import compile_fx
 
-    options = as_options(kwargs.pop("options", None))
+    options, inductor_options = split_options(kwargs.pop("options", None))
     mode = kwargs.pop("mode", None)
     if kwargs:
         raise TypeError(f"inductor_gqa backend: unexpected arguments {sorted(kwargs)}; it takes "
-                        "mode= (as stock Inductor) or options= (inductor_gqa.Options)")
+                        "mode= (as stock Inductor) or options= (inductor_gqa.Options fields and "
+                        "stock Inductor options)")
     patches = dict(list_mode_options(mode)) if mode else {}
+    patches.update(inductor_options)
     opts = options or Options()
     early = before_autograd.applies(gm, example_inputs, opts)
     fused = before_autograd.fuse_before_autograd(gm, example_inputs, opts) if early else None

@@ -55,12 +55,32 @@ class Options:
 def as_options(value) -> "Options | None":
     """Options from an Options, a dict of its fields (``torch.compile(..., options={...})``), or
     None; anything else, or an unknown field, is an error rather than silently ignored."""
+    options, inductor = split_options(value, inductor_ok=False)
+    return options
+
+
+def split_options(value, inductor_ok: bool = True) -> "tuple[Options | None, dict]":
+    """(our Options, stock Inductor's options) from what ``options=`` was given: an Options, or
+    a dict whose keys are ``Options`` fields (ours keep their names) or, with ``inductor_ok``,
+    stock Inductor's options as ``backend="inductor"`` takes them (``"max_autotune"``,
+    ``"triton.cudagraphs"``: ``torch._inductor.list_options()``). A name that is neither is an
+    error that lists both."""
     if value is None or isinstance(value, Options):
-        return value
-    if isinstance(value, dict):
-        names = {f.name for f in dataclasses.fields(Options)}
-        unknown = sorted(set(value) - names)
-        if unknown:
-            raise TypeError(f"inductor_gqa: unknown option(s) {unknown}; known: {sorted(names)}")
-        return Options(**value)
-    raise TypeError(f"inductor_gqa: options must be an Options or a dict, not {type(value)}")
+        return value, {}
+    if not isinstance(value, dict):
+        raise TypeError(f"inductor_gqa: options must be an Options or a dict, not {type(value)}")
+    ours = {f.name for f in dataclasses.fields(Options)}
+    stock = set(_inductor_options()) if inductor_ok else set()
+    unknown = sorted(set(value) - ours - stock)
+    if unknown:
+        where = (" or a stock Inductor option (torch._inductor.list_options(): "
+                 "max_autotune, triton.cudagraphs, ...)" if inductor_ok else "")
+        raise TypeError(f"inductor_gqa: unknown option(s) {unknown}: neither an "
+                        f"inductor_gqa.Options field {sorted(ours)}{where}")
+    mine = {k: v for k, v in value.items() if k in ours}
+    return (Options(**mine) if mine else None), {k: v for k, v in value.items() if k not in ours}
+
+
+def _inductor_options() -> list:
+    from torch._inductor import list_options
+    return list_options()

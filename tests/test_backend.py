@@ -1,5 +1,7 @@
-"""The backend's torch.compile arguments: ``mode=`` as stock Inductor reads it, ``options=`` ours,
-anything else refused (an argument that is silently dropped would look like it worked)."""
+"""The backend's torch.compile arguments: ``mode=`` as stock Inductor reads it, ``options=`` ours
+and stock Inductor's, anything else refused (an argument that is silently dropped would look like
+it worked); what it tells of the blocks it compiled (counters, ``fused_blocks``), on a warm FX
+graph cache too."""
 
 import pytest
 import torch
@@ -36,6 +38,23 @@ def test_options_reach_the_pass(monkeypatch):
     assert seen["joint_custom_pre_pass"].options.rope_from_positions is False
 
 
+def test_stock_inductor_options_are_passed_on(monkeypatch):
+    """``options={"max_autotune": True}``, as users pass to ``backend="inductor"``, reaches
+    Inductor; ours keep their names, in the same dict."""
+    seen = _patches(monkeypatch, options={"max_autotune": True, "triton.cudagraphs": False,
+                                          "fuse_sdpa": False})
+    assert seen["max_autotune"] is True and seen["triton.cudagraphs"] is False
+    assert "fuse_sdpa" not in seen
+    assert seen["joint_custom_pre_pass"].options.fuse_sdpa is False
+
+
+def test_unknown_option_lists_both_kinds(monkeypatch):
+    with pytest.raises(TypeError, match=r"neither an inductor_gqa.Options field .*fuse_sdpa.*"
+                                         r"stock Inductor option") as e:
+        _patches(monkeypatch, options={"max_autotun": True})
+    assert "max_autotun" in str(e.value)
+
+
 def test_bad_arguments_are_refused(monkeypatch):
     with pytest.raises(RuntimeError, match="Unrecognized mode"):
         _patches(monkeypatch, mode="fastest")
@@ -54,3 +73,4 @@ def test_reduce_overhead_compiles_and_fuses_on_cpu():
         out = torch.compile(block, backend="inductor_gqa", mode="reduce-overhead")(*args)
         torch.testing.assert_close(out, block(*args), rtol=1e-5, atol=1e-5)
     assert counters["inductor_gqa"]["blocks_fused"] == 1
+
