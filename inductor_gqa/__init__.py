@@ -31,6 +31,7 @@ from . import op  # noqa: E402  registers inductor_gqa::attention_block
 from .install import (inductor_gqa_backend, install, installed, is_installed,  # noqa: E402
                       uninstall)
 from .options import Options  # noqa: E402
+from .fused import fused_blocks  # noqa: E402
 
 try:  # kernels register themselves as the op's GPU path
     from . import lower  # noqa: F401
@@ -48,4 +49,4 @@ def _register_backend() -> None:
 _register_backend()
 
 __version__ = "0.1.0"
-__all__ = ["Options", "install", "installed", "is_installed", "uninstall", "inductor_gqa_backend"]
+__all__ = ["Options", "fused_blocks", "install", "installed", "is_installed", "uninstall", "inductor_gqa_backend"]

@@ -141,7 +141,8 @@ def demo_gpu() -> int:
 
 
 def _fresh_compiles() -> None:
-    """A cache hit skips our pass, so its counters would read zero; the demo compiles afresh."""
+    """The demo compiles afresh, so what it prints is what our pass did now (a cache hit would
+    count the blocks recorded for its code, inductor_gqa/fused.py)."""
     torch._inductor.config.fx_graph_cache = False
     torch._functorch.config.enable_autograd_cache = False
 

@@ -69,6 +69,7 @@ class AttentionBlockPass(CustomGraphPass):
         # inputs that require grad, find/before_autograd.py): in the joint graph, only lower
         # the core calls put there and their backward calls
         self.before_autograd = before_autograd
+        self.ran = False            # whether Inductor called it (not on an FX graph cache hit)
 
     def _chained(self) -> tuple:
         if self.chain is None:
@@ -76,6 +77,7 @@ class AttentionBlockPass(CustomGraphPass):
         return tuple(self.chain) if isinstance(self.chain, (list, tuple)) else (self.chain,)
 
     def __call__(self, graph: Graph) -> None:
+        self.ran = True
         if self.before_autograd and _requires_grad(graph):
             lower_fused_calls(graph, self.options)
         else:

@@ -53,9 +53,15 @@ def inductor_gqa_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     "reduce-overhead" replays the compiled graph, our op's launches included, as a CUDA graph.
     ``options=`` takes this package's ``Options`` (or a dict of its fields) and, in the same
     dict, stock Inductor's options as ``backend="inductor"`` takes them (``"max_autotune"``,
-    ``"triton.cudagraphs"``, ...), which are passed on to Inductor (``split_options``)."""
+    ``"triton.cudagraphs"``, ...), which are passed on to Inductor (``split_options``).
+
+    The blocks are counted once the graph has compiled (``report.deferred``), and the returned
+    callable carries them (``fused.fused_blocks``), on an FX graph cache hit too."""
     from torch._inductor import list_mode_options
     from torch._inductor.compile_fx import compile_fx
+
+    from . import fused as fused_record
+    from .find import report
 
     options, inductor_options = split_options(kwargs.pop("options", None))
     mode = kwargs.pop("mode", None)
@@ -66,9 +72,11 @@ def inductor_gqa_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     patches = dict(list_mode_options(mode)) if mode else {}
     patches.update(inductor_options)
     opts = options or Options()
-    early = before_autograd.applies(gm, example_inputs, opts)
-    fused = before_autograd.fuse_before_autograd(gm, example_inputs, opts) if early else None
-    patches["joint_custom_pre_pass"] = AttentionBlockPass(options, chain=_prior_pass(),
-                                                          before_autograd=early)
-    return compile_fx(fused if fused is not None else gm, example_inputs,
-                      config_patches=patches)
+    with report.deferred() as pending:
+        early = before_autograd.applies(gm, example_inputs, opts)
+        fused = before_autograd.fuse_before_autograd(gm, example_inputs, opts) if early else None
+        graph_pass = AttentionBlockPass(options, chain=_prior_pass(), before_autograd=early)
+        patches["joint_custom_pre_pass"] = graph_pass
+        compiled = compile_fx(fused if fused is not None else gm, example_inputs,
+                              config_patches=patches)
+    return fused_record.after_compile(compiled, pending.rows, graph_pass.ran or early)

@@ -5,7 +5,10 @@ graph cache too."""
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
+from torch._inductor.custom_graph_pass import CustomGraphPass
 
+import inductor_gqa
 from inductor_gqa.graph_pass import AttentionBlockPass
 from inductor_gqa.install import inductor_gqa_backend
 from tiny_block import block, block_args
@@ -74,3 +77,86 @@ def test_reduce_overhead_compiles_and_fuses_on_cpu():
         torch.testing.assert_close(out, block(*args), rtol=1e-5, atol=1e-5)
     assert counters["inductor_gqa"]["blocks_fused"] == 1
 
+
+class _FailsOnce(CustomGraphPass):
+    """A joint-graph pass, chained after ours, that fails the first compile."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, graph):
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("planted compile failure")
+
+    def uuid(self):
+        return "fails-once"
+
+
+def test_a_block_is_counted_once_it_compiled():
+    """Counted when the graph has compiled: a compile that fails after our pass ran counts
+    nothing, its retry counts the block once."""
+    args = block_args()
+    chained = _FailsOnce()
+    with torch._inductor.config.patch(joint_custom_pre_pass=chained), torch.no_grad():
+        compiled = torch.compile(block, backend="inductor_gqa")
+        with pytest.raises(Exception, match="planted compile failure"):
+            compiled(*args)
+        assert counters["inductor_gqa"]["blocks_fused"] == 0
+        assert inductor_gqa.fused_blocks(compiled) == []
+        torch._dynamo.reset()
+        compiled = torch.compile(block, backend="inductor_gqa")
+        compiled(*args)
+    assert chained.calls == 2
+    assert counters["inductor_gqa"]["blocks_fused"] == 1
+    assert dict(counters["inductor_gqa_fused"]) == {"block": 1} or \
+        len(counters["inductor_gqa_fused"]) == 1
+
+
+def test_fused_blocks_on_a_warm_fx_graph_cache(tmp_path, monkeypatch):
+    """A second compile of the same graph loads it from the FX graph cache, without running our
+    pass: ``fused_blocks`` and the counters still tell the block is fused (from the record kept
+    beside the cache for that output code), and so does the compiled graph's code itself."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    from inductor_gqa import fused
+
+    monkeypatch.setattr(fused, "_memory", {})
+    model = _TinyModel()
+    args = block_args()[:1]
+    results = []
+    with torch._inductor.config.patch(fx_graph_cache=True), torch.no_grad():
+        for run in ("cold", "warm"):
+            torch._dynamo.reset()
+            counters.clear()
+            if run == "warm":
+                fused._memory.clear()           # as in a new process: only the disk record
+            compiled = torch.compile(model, backend="inductor_gqa")
+            compiled(*args)
+            results.append((counters["inductor"]["fxgraph_cache_hit"],
+                            inductor_gqa.fused_blocks(compiled),
+                            dict(counters["inductor_gqa_fused"])))
+    (hit0, blocks0, fused0), (hit1, blocks1, fused1) = results
+    assert (hit0, hit1) == (0, 1)
+    assert blocks0 == blocks1 == ["attn"]
+    assert fused0 == fused1 == {"attn": 1}
+
+
+class _TinyModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.attn = _TinyAttention()
+
+    def forward(self, x):
+        return self.attn(x) + x
+
+
+class _TinyAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        _, *ws = block_args()
+        self.ws = torch.nn.ParameterList([torch.nn.Parameter(w, requires_grad=False)
+                                          for w in ws])
+
+    def forward(self, x):
+        return block(x, *self.ws)
