@@ -5,7 +5,8 @@ training step of each module form (gradients against eager's). On a GPU it
 runs full-size cases and prints times against eager and stock torch.compile (a quick look; the
 perf job in ``perf/`` is the measurement of record).
 
-``python -m inductor_gqa explain package.module:factory``: ``factory()`` returns
+``python -m inductor_gqa explain package.module:factory`` (or ``path/to/file.py:factory``):
+``factory()`` returns
 ``(model, args)`` or ``(model, args, kwargs)``; the model is compiled on the CPU and every
 attention-like block is listed by module path, fused or left with the reason.
 """
@@ -147,19 +148,75 @@ def _fresh_compiles() -> None:
     torch._functorch.config.enable_autograd_cache = False
 
 
-def explain_main(target: str, dynamic: bool = False) -> int:
-    import importlib
+class TargetError(Exception):
+    """What is wrong with an explain target, in one line with a hint."""
 
+
+_USAGE = "python -m inductor_gqa explain package.module:factory (or path/to/file.py:factory)"
+
+
+def load_factory(target: str):
+    """The factory a target names: ``package.module:factory`` (imported as Python would from
+    the current folder) or ``path/to/file.py:factory`` (loaded from that file, its folder on
+    ``sys.path`` for its own imports). Every failure is a ``TargetError`` of one line."""
+    import difflib
+    import importlib
+    import importlib.util
+    import os
+
+    where, sep, attr = target.rpartition(":")
+    if not sep or not where or not attr:
+        raise TargetError(f"expected module:factory, got {target!r}; usage: {_USAGE}")
+    is_file = where.endswith(".py") or os.sep in where or "/" in where
+    try:
+        if is_file:
+            path = os.path.abspath(where)
+            if not os.path.isfile(path):
+                raise TargetError(f"no file {where!r} (from {os.getcwd()}); usage: {_USAGE}")
+            folder, name = os.path.split(path)
+            sys.path.insert(0, folder)
+            spec = importlib.util.spec_from_file_location(os.path.splitext(name)[0], path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            if "" not in sys.path and os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(where)
+    except TargetError:
+        raise
+    except ModuleNotFoundError as e:
+        hint = (f"run from the folder that holds {where.split('.')[0]}.py, or give its path "
+                f"(path/to/{where.split('.')[-1]}.py:{attr})" if e.name == where.split(".")[0]
+                else "is it installed in this environment?")
+        raise TargetError(f"cannot import {where!r}: {e}; {hint}") from None
+    except Exception as e:  # noqa: BLE001  (the user's module failed while importing)
+        raise TargetError(f"importing {where!r} failed: {type(e).__name__}: {e}") from None
+    factory = getattr(module, attr, None)
+    if factory is None:
+        names = [n for n in vars(module) if not n.startswith("_") and callable(vars(module)[n])]
+        close = difflib.get_close_matches(attr, names, n=3)
+        hint = f"did you mean {', '.join(close)}?" if close else f"its callables: {names[:8]}"
+        raise TargetError(f"{where!r} has no {attr!r}; {hint}")
+    return factory
+
+
+def explain_main(target: str, dynamic: bool = False) -> int:
+    """``explain``: the table on stdout, exit status 0; a bad target or a failing factory: one
+    line on stderr (no traceback) and exit status 2."""
     from inductor_gqa.find.explain import explain
 
-    module_name, sep, attr = target.partition(":")
-    if not sep or not attr:
-        print(f"explain: expected package.module:factory, got {target!r}", file=sys.stderr)
-        return 2
-    made = getattr(importlib.import_module(module_name), attr)()
-    if not (isinstance(made, tuple) and len(made) in (2, 3)):
-        print("explain: the factory must return (model, args) or (model, args, kwargs)",
-              file=sys.stderr)
+    try:
+        factory = load_factory(target)
+        try:
+            made = factory()
+        except Exception as e:  # noqa: BLE001
+            raise TargetError(f"{target}() failed: {type(e).__name__}: {e}") from None
+        if not (isinstance(made, tuple) and len(made) in (2, 3)):
+            raise TargetError(f"{target}() must return (model, args) or (model, args, kwargs), "
+                              f"not {type(made).__name__}")
+    except TargetError as e:
+        print(f"explain: {e}", file=sys.stderr)
         return 2
     model, args, kwargs = (*made, {}) if len(made) == 2 else made
     if isinstance(model, torch.nn.Module):
@@ -173,14 +230,15 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m inductor_gqa", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", nargs="?", default="demo", choices=("demo", "explain"))
-    p.add_argument("target", nargs="?", help="explain: package.module:factory")
+    p.add_argument("target", nargs="?",
+                   help="explain: package.module:factory or path/to/file.py:factory")
     p.add_argument("--cpu", action="store_true", help="run the CPU demo even if a GPU is present")
     p.add_argument("--dynamic", action="store_true", help="explain: compile with dynamic=True")
     args = p.parse_args(argv)
     _fresh_compiles()
     if args.command == "explain":
         if not args.target:
-            p.error("explain needs package.module:factory")
+            p.error(f"explain needs a target: {_USAGE}")
         return explain_main(args.target, args.dynamic)
     if torch.cuda.is_available() and not args.cpu:
         return demo_gpu()
