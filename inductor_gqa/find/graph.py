@@ -22,7 +22,9 @@ CASTS = (prims.convert_element_type.default, aten._to_copy.default)
 
 
 class Reject(Exception):
-    """A near miss: the structure looked like an attention block but is not one we reproduce."""
+    """A near miss: the structure looked like an attention block but is not one we reproduce.
+    ``reason`` is one of ``find/reasons.py``'s (the counters' and the README's), ``detail``
+    free text."""
 
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(reason if not detail else f"{reason}: {detail}")
