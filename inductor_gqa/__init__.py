@@ -49,4 +49,5 @@ def _register_backend() -> None:
 _register_backend()
 
 __version__ = "0.1.0"
-__all__ = ["Options", "fused_blocks", "install", "installed", "is_installed", "uninstall", "inductor_gqa_backend"]
+__all__ = ["Options", "fused_blocks", "install", "installed", "is_installed", "uninstall",
+           "inductor_gqa_backend"]
