@@ -234,13 +234,17 @@ def _adamw_steps(model, compiled, steps: int, lr: float):
 
 
 def _steps_deviation(run, model, ref_run, ref_model):
-    """Each step's loss and worst gradient error, and the weights' largest difference after the
-    steps: ({quantity: deviation}, {quantity: the worst tensor's name})."""
+    """The first step's loss and worst gradient error, the worst of the later steps' (through
+    Adam the rounding of each step feeds the next, so which step and tensor is worst varies
+    between compilers and machines), and the weights' largest difference after the steps:
+    ({quantity: deviation}, {quantity: where})."""
     dev, notes = {}, {}
     for step, ((loss, grads), (ref_loss, ref_grads)) in enumerate(zip(run, ref_run)):
-        dev[f"step {step} loss"] = rel_err(loss, ref_loss)
-        dev[f"step {step} gradients"], name = worst_rel_err(grads, ref_grads)
-        notes[f"step {step} gradients"] = f"d{name}"
+        which = "step 0" if step == 0 else "later steps"
+        err, name = worst_rel_err(grads, ref_grads)
+        if err >= dev.get(f"{which} gradients", -1.0):
+            dev[f"{which} gradients"], notes[f"{which} gradients"] = err, f"step {step} d{name}"
+        dev[f"{which} loss"] = max(dev.get(f"{which} loss", 0.0), rel_err(loss, ref_loss))
     dev["weights"], notes["weights"] = max(
         ((p - r).abs().max().item(), name)
         for (name, p), r in zip(model.named_parameters(), ref_model.parameters()))
@@ -257,8 +261,9 @@ def test_a_few_optimizer_steps_follow_eager(family, impl):
     loss, 1e-4 of a gradient's scale; 1e-3 from the second step; a tenth of lr for the weights,
     since Adam may move an element whose gradient is about 0 by a fraction of lr differently)
     and above it must stay within stock Inductor's own deviation on the same steps
-    (tests/tolerance.py: on one machine stock was 1.20e-3 of a Gemma 2 norm weight's gradient
-    scale off eager after three steps)."""
+    (tests/tolerance.py). Gemma 2 on one machine: ours 1.35e-3 of a norm weight's gradient
+    scale off eager, stock 1.20e-3; on another, worst of the later steps ours 6.0e-4, stock
+    6.2e-4."""
     steps, lr = 3, 1e-3
     init = build(family, impl).train()
     ref_model, model = copy.deepcopy(init), copy.deepcopy(init)
@@ -274,7 +279,7 @@ def test_a_few_optimizer_steps_follow_eager(family, impl):
         return _steps_deviation(stock_run, m, ref_run, ref_model)[0]
 
     ours, notes = _steps_deviation(run, model, ref_run, ref_model)
-    floors = {q: (1e-5 if "loss" in q else 1e-4 if q == "step 0 gradients" else 1e-3)
-              for q in ours}
+    floors = {"step 0 loss": 1e-5, "step 0 gradients": 1e-4, "later steps loss": 1e-5,
+              "later steps gradients": 1e-3}
     floors["weights"] = lr / 10
     judge(ours, floors, stock, notes=notes)
