@@ -54,10 +54,11 @@ def output_codes(compiled, depth: int = 8) -> list:
     found, seen = [], set()
 
     def walk(obj, d):
-        if obj is None or id(obj) in seen or d > depth or isinstance(obj, (str, bytes, int,
-                                                                             float, type,
-                                                                             types.ModuleType,
-                                                                             torch.Tensor)):
+        if obj is None or id(obj) in seen or d > depth or isinstance(obj, (
+                str, bytes, int, float, types.ModuleType, torch.Tensor, torch.nn.Module)):
+            return
+        # classes only where AOTAutograd keeps compiled graphs: its autograd.Function
+        if isinstance(obj, type) and not issubclass(obj, torch.autograd.Function):
             return
         seen.add(id(obj))
         if isinstance(obj, OutputCode):
@@ -70,6 +71,8 @@ def output_codes(compiled, depth: int = 8) -> list:
             kids += list(obj)
         elif isinstance(obj, dict):
             kids += list(obj.values())
+        elif isinstance(obj, type):
+            kids += [v for k, v in vars(obj).items() if not k.startswith("__")]
         else:
             kids += [getattr(obj, a) for a in ("__wrapped__", "__self__", "func")
                      if hasattr(obj, a)]

@@ -141,6 +141,19 @@ def test_fused_blocks_on_a_warm_fx_graph_cache(tmp_path, monkeypatch):
     assert fused0 == fused1 == {"attn": 1}
 
 
+def test_fused_blocks_of_a_training_step():
+    """A model whose parameters require grad: fused before autograd, found in the compiled
+    forward and backward graphs."""
+    model = _TinyModel()
+    for p in model.parameters():
+        p.requires_grad_(True)
+    compiled = torch.compile(model, backend="inductor_gqa")
+    assert inductor_gqa.fused_blocks(compiled) == []           # nothing compiled yet
+    compiled(block_args()[0]).sum().backward()
+    assert inductor_gqa.fused_blocks(compiled) == ["attn"]
+    assert counters["inductor_gqa"]["blocks_fused"] == 1
+
+
 class _TinyModel(torch.nn.Module):
     def __init__(self):
         super().__init__()
