@@ -250,7 +250,7 @@ def _fp16_copies(spec: BlockSpec, p: Problem, options, tables) -> Optional[Fp16C
     # pointer loads, not host-built tensor descriptors: on torch 2.11 Inductor fails on those
     # in both wrappers (C++: at launch; Python: while lowering the kernel call, "KeyError:
     # 'a_desc STRIDE PLACEHOLDER 0'", W075 131x1 on an H100 at 82fd618), while the
-    # pointer-load form passes in both (perf/results/nvidia-h100/train-1b7665a/modes.json)
+    # pointer-load form passes in both (docs/decisions.md)
     tma = False
     proj = cfgs.choose_projection(tables, p.rows_hint, parts, spec.head_dim, p.rows_static,
                                   tma)

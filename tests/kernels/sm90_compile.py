@@ -512,7 +512,7 @@ def _local_bytes(k) -> int:
 # the training backward's launches and the spill they may have: on an H100 the W092 dK/dV
 # kernel at (64, 64) x 4 warps spilled 888 B per thread and was the fastest config measured
 # (half the time of a spill-free (32, 64) x 8 warps); the 2.9 KB spill of an earlier config
-# doubled the step (perf/results/nvidia-h100/train-*/README.md)
+# doubled the step (perf/results/nvidia-h100/history.md, 019927b and 1b7665a)
 NO_SPILLS = ("bwd_dkdv_kernel [", "bwd_dq_kernel [")
 MAX_SPILL = 1024
 
