@@ -185,6 +185,14 @@ def test_strided_views_and_seqlens():
                                atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("cfg", [decode.B16_CONFIGS[0], DecodeConfig(64, 4, 3, min_chunk=64)])
+def test_gpu_tiles(cfg):
+    """A GPU config's tiles: 12 heads x 4 tokens in one 64-row block, 64-key steps; the split
+    count from the context (one split, then three of at least 64 keys)."""
+    q, k, v = make(2, 12, 1, 4, 64, 150, torch.bfloat16, seed=4)
+    check(q, k, v, positions([150, 61], 4), cfg=cfg, window=100)
+
+
 def test_functional_launch_and_default_config():
     """Through the functional kernel op (the traced form), with the default config and split
     count, an fp32 output from a bf16 cache."""
