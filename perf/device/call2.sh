@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Device call 2: the decode kernel against the library's attention, then the AOTInductor runner
+# (stock and ours) and max-autotune of ours. Writes under $OUT.
+set -u
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-build-isolation -e . > $OUT/install.log 2>&1
+timeout 240 python3 -m perf.decode_kernel --configs --out $OUT > $OUT/decode.log 2>&1
+echo "decode rc=$?"; grep -v "^{" $OUT/decode.log | tail -22
+timeout 200 python3 -m perf.modes --cases W075:131x1,W092:128x1 --modes aoti --out $OUT/aoti > $OUT/aoti.log 2>&1
+echo "aoti rc=$?"; grep -v "^{" $OUT/aoti.log | grep -v "^\s*$" | tail -12
