@@ -8,3 +8,5 @@ timeout 240 python3 -m perf.decode_kernel --configs --out $OUT > $OUT/decode.log
 echo "decode rc=$?"; grep -v "^{" $OUT/decode.log | tail -22
 timeout 200 python3 -m perf.modes --cases W075:131x1,W092:128x1 --modes aoti --out $OUT/aoti > $OUT/aoti.log 2>&1
 echo "aoti rc=$?"; grep -v "^{" $OUT/aoti.log | grep -v "^\s*$" | tail -12
+timeout 150 python3 -m perf.sdpa_threshold --out $OUT > $OUT/sdpa_threshold.log 2>&1
+echo "sdpa_threshold rc=$?"; grep "^{" $OUT/sdpa_threshold.log
