@@ -10,3 +10,5 @@ timeout 200 python3 -m perf.modes --cases W075:131x1,W092:128x1 --modes aoti --o
 echo "aoti rc=$?"; grep -v "^{" $OUT/aoti.log | grep -v "^\s*$" | tail -12
 timeout 150 python3 -m perf.sdpa_threshold --out $OUT > $OUT/sdpa_threshold.log 2>&1
 echo "sdpa_threshold rc=$?"; grep "^{" $OUT/sdpa_threshold.log
+timeout 150 python3 -m perf.plain_small --out $OUT > $OUT/plain_small.log 2>&1
+echo "plain_small rc=$?"; grep "^{" $OUT/plain_small.log
