@@ -380,9 +380,10 @@ def profile_call(call: Callable[[], object], device="cuda", calls: int = 3) -> d
     ``our_kernels`` (the package's kernels that ran), ``fused`` (the op or a kernel of ours ran:
     the call's own compiled code fused the block, whatever compilation or cache served it;
     ``fused_by`` "op" or "kernels"), ``launch_span_us`` (host time from the call's first kernel
-    launch to the end of its last; median over calls) and ``block_host_us`` (the same within each fused op's range: the
-    block's own host time, median over the op calls; when no op range is seen, e.g. once the
-    block is an Inductor lowering, the call's span stands in and ``host_scope`` says "call").
+    launch to the end of its last; median over calls) and ``block_host_us`` (the same within
+    each fused op's range: the block's own host time, median over the op calls; when no op range
+    is seen, e.g. once the block is an Inductor lowering, the call's span stands in and
+    ``host_scope`` says "call").
     On a CPU the op's child aten ops stand in for launches (``host_timer`` "cpu_ops")."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function
