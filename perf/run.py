@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import traceback
+from typing import Optional
 
 T0 = time.time()
 
@@ -247,35 +248,41 @@ def first_call_cases(args, workload, precision: str) -> list[tuple[int, int]]:
     return out
 
 
-def _selection(args, names, forms, impls):
+def expected_rows(args) -> list[dict]:
+    """The key fields of every row this selection asks for, in the order the suites run: the
+    gate fails on any of them missing (``expected`` in results.json)."""
+    from inductor_gqa import workloads as wl
+    out = []
+    forms = split(args.forms)
+    for name in split(args.workloads):
+        w = wl.WORKLOADS[name]
+        cases = select_cases(args.cases, workload_cases(args, w))
+        for prec in precisions_of(args, w):
+            if "blocks" in args.suites_list:
+                out += [{"kind": "block", "workload": name, "precision": prec, "impl": impl,
+                         "form": form, "seq": s, "batch": b}
+                        for form in forms for impl in args.impls_list for s, b in cases]
+            out += [{"kind": "first_call", "workload": name, "precision": prec, "impl": impl,
+                     "form": forms[0], "seq": s, "batch": b, "cache": cache}
+                    for s, b in first_call_cases(args, w, prec)
+                    for impl in args.first_call_impls_list for cache in ("cold", "warm")]
+    if "models" in args.suites_list:
+        out += [{"kind": "model", "model": m, "attn": attn, "task": task, "impl": impl,
+                 "seq": s, "batch": b}
+                for m in args.models_list for attn in args.model_attn_list
+                for task in args.model_tasks_list for b, s in args.model_shapes_list
+                for impl in args.model_impls_list]
+    if "train" in args.suites_list:
+        out += [{"kind": "train_block", "workload": "W092", "impl": impl, "seq": s, "batch": b}
+                for s, b in args.train_cases_list for impl in args.train_impls_list]
+    return out
+
+
+def _selection(args):
     """Whether a baseline row is one this run was asked for: a run of one workload or suite is
     gated on those rows only."""
-    from inductor_gqa import workloads as wl
-
-    precs = set(split(args.precisions)) | {"bf16"}
-
-    def asked(row) -> bool:
-        k = stats.kind(row)
-        if k == "model":
-            return ("models" in args.suites_list and row["model"] in args.models_list
-                    and row["attn"] in args.model_attn_list
-                    and row["impl"] in args.model_impls_list
-                    and row.get("task", "prefill") in args.model_tasks_list
-                    and (row["batch"], row["seq"]) in args.model_shapes_list)
-        if k == "train_block":
-            return ("train" in args.suites_list and row["impl"] in args.train_impls_list
-                    and (row["seq"], row["batch"]) in args.train_cases_list)
-        w = wl.WORKLOADS.get(row["workload"])
-        if w is None or row["workload"] not in names or row["precision"] not in precs:
-            return False
-        if k == "first_call":
-            return (row["impl"] in args.first_call_impls_list and row["form"] == forms[0]
-                    and (row["seq"], row["batch"]) in first_call_cases(args, w,
-                                                                       row["precision"]))
-        return ("blocks" in args.suites_list and row["impl"] in impls and row["form"] in forms
-                and (row["seq"], row["batch"]) in select_cases(args.cases,
-                                                              workload_cases(args, w)))
-    return asked
+    keys = {stats.row_key(r) for r in expected_rows(args)}
+    return lambda row: stats.row_key(row) in keys
 
 
 def slug(name: str) -> str:
@@ -480,12 +487,11 @@ def run_variant(args, workload, precision, form, impl, cases, rows, variants, de
                     row["error"] = f"graph capture/replay: {type(e).__name__}: {e}"[:500]
                 row["plain_us"], row["plain_spread"] = bench.plain_time_us(
                     call, args.plain_runs, device)
-                if not args.no_profile:
-                    row.update(bench.profile_call(call, device))
-                # the op seen in the profile, or the pass's counters for this variant (an op
-                # that is no longer a runtime call would not show in a profile)
-                row["fused"] = bool(row.get("fused")
-                                    or counters["inductor_gqa"].get("blocks_fused", 0) > 0)
+                # fused: this case's own call ran our op or our kernels (profile), whatever
+                # compilation or cache served it; a fusion-only profile under --no-profile
+                prof = bench.profile_call(call, device, calls=1 if args.no_profile else 3)
+                row.update({k: prof[k] for k in bench.FUSION_FIELDS} if args.no_profile
+                           else prof)
                 row["status"] = "ok" if row.get("gpu_us") else "error"
                 del inputs, call
             except Exception as e:
@@ -580,50 +586,33 @@ def write_json(path: str, doc: dict) -> None:
     os.replace(tmp, path)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    print(estimate_text(args), flush=True)
-    if args.estimate:
-        return 0
+TIMING_GPU = (
+    "gpu_us: median over blocks x replays of CUDA-graph replays, events around each replay, back "
+    "to back (warm L2), each graph holding calls_per_graph calls (a replay of at least 200 us) "
+    "and its time divided by that; spread: (max-min)/median of the block medians; plain_us: "
+    "median over plain_runs plain calls, each from an idle device (L2 flushed, synchronized), "
+    "wall time until the device is done; first_call_s: the first call of a new shape in a fresh "
+    "process (inputs ready), empty cache directory (cold) and again with it warm")
+TIMING_CPU = ("CPU stand-ins: gpu_us is the median wall time of back-to-back calls in the same "
+              "blocks; plain_us as on a GPU (wall time of one call); first calls as on a GPU")
+
+
+def _device(args) -> Optional[str]:
+    """The device of this run ("cuda" or "cpu"), or None (after saying why) when there is
+    none it may run on."""
     import torch
     cuda = torch.cuda.is_available() and args.device != "cpu"
     if args.device == "cuda" and not torch.cuda.is_available():
         print("perf.run: --device cuda but no CUDA device", file=sys.stderr)
-        return 2
+        return None
     if not cuda and not args.smoke:
         print("perf.run needs a CUDA GPU (or --smoke for the tiny end-to-end run)",
               file=sys.stderr)
-        return 2
-    device = "cuda" if cuda else "cpu"
-    import torch._functorch.config
-    import torch._inductor.config
+        return None
+    return "cuda" if cuda else "cpu"
 
-    import inductor_gqa  # noqa: F401  (registers the op and, when present, the backend)
-    from perf import first_call
 
-    # compile afresh in this process, so that counters["inductor_gqa"] sees every compilation
-    # (a cache hit skips the pass); the first-call suite measures the caches in subprocesses
-    torch._inductor.config.fx_graph_cache = False
-    torch._functorch.config.enable_autograd_cache = False
-    if args.smoke and not cuda:
-        first_call.smoke_config()
-
-    env = collect_env(device)
-    default_out = (os.path.join(REPO, "out", "smoke") if args.smoke
-                   else os.path.join(REPO, "perf", "results", slug(env["gpu"])))
-    out_dir = args.out or os.environ.get("OUT") or default_out
-    os.makedirs(out_dir, exist_ok=True)
-    json_path = os.path.join(out_dir, "results.json")
-    names = split(args.workloads)
-    forms = split(args.forms)
-    baseline = None
-    if args.baseline:
-        with open(args.baseline) as f:
-            baseline = json.load(f)
-    floor = args.noise_floor
-    if floor is None:
-        floor = (baseline or {}).get("settings", {}).get("noise_floor",
-                                                         stats.DEFAULT_NOISE_FLOOR)
+def _settings(args, floor, cuda: bool) -> dict:
     settings = {k: getattr(args, k) for k in (
         "suites", "workloads", "cases", "impls", "forms", "precisions", "dynamic", "mode",
         "replays", "blocks", "plain_runs", "check_rounds", "seed", "deadline", "smoke",
@@ -633,27 +622,15 @@ def main(argv=None) -> int:
         first_call_impls=args.first_call_impls_list, models=args.models_list,
         model_shapes=[f"{b}x{s}" for b, s in args.model_shapes_list],
         model_impls=args.model_impls_list, noise_floor=floor, noise_k=args.noise_k,
-        estimate_s=estimate(args),
-        timing=(
-            "gpu_us: median over blocks x replays of CUDA-graph replays, events around each "
-            "replay, back to back (warm L2), each graph holding calls_per_graph calls (a replay "
-            "of at least 200 us) and its time divided by that; spread: (max-min)/median of the "
-            "block medians; plain_us: median over plain_runs plain calls, each from an idle "
-            "device (L2 flushed, synchronized), wall time until the device is done; "
-            "first_call_s: the first call of a new shape in a fresh process (inputs ready), "
-            "empty cache directory (cold) and again with it warm"
-            if cuda else
-            "CPU stand-ins: gpu_us is the median wall time of back-to-back calls in the same "
-            "blocks; plain_us as on a GPU (wall time of one call); first calls as on a GPU"))
-    doc = {"schema": stats.SCHEMA, "env": env, "settings": settings, "rows": [],
-           "variants": []}
-    log(f"{env['gpu']} torch {env['torch']} triton {env['triton']} transformers "
-        f"{env['transformers']} commit {env['git_commit']} -> {out_dir}")
-    rows, variants = doc["rows"], doc["variants"]
+        train_cases=[f"{s}x{b}" for s, b in args.train_cases_list],
+        train_impls=args.train_impls_list, estimate_s=estimate(args),
+        timing=TIMING_GPU if cuda else TIMING_CPU)
+    return settings
 
-    def save():
-        write_json(json_path, doc)
 
+def _run_suites(args, doc: dict, device: str, save) -> None:
+    import torch
+    rows, variants, settings = doc["rows"], doc["variants"], doc["settings"]
     with torch.no_grad():
         if "blocks" in args.suites_list:
             run_blocks(args, rows, variants, device, save)
@@ -668,20 +645,21 @@ def main(argv=None) -> int:
         with torch.enable_grad():
             train.run_blocks(args, rows, variants, device,
                              lambda reserve=0.0: over_deadline(args, reserve), log, save)
-    stats.add_ratios(rows)
-    doc["wall_s"] = time.time() - T0
+
+
+def _gate(args, doc: dict, baseline, floor) -> dict:
+    """The gate over the finished run; a deadline cut is recorded first (the gate fails it)."""
+    from perf import gate
+    skipped = sum(1 for r in doc["rows"] if r["status"] == "skipped")
+    doc["deadline_cut"] = {"deadline_s": args.deadline, "skipped": skipped} if skipped else None
     gated = None if args.gate_impls == "all" else split(args.gate_impls)
-    g = stats.gate(doc, baseline, floor=floor, k=args.noise_k, impls=gated,
-                   scope=_selection(args, names, forms, args.impls_list),
-                   plain_tol=args.plain_tolerance, first_call_tol=args.first_call_tolerance,
-                   first_call_slack_s=args.first_call_slack)
-    doc["gate"] = g
-    rc = 0 if g["ok"] else 1
-    incomplete = any(r["status"] == "skipped" for r in rows)
-    host_case = (("W075", "high") + SMOKE_CASES["W075"][0]) if args.smoke else stats.HOST_CASE
-    doc["host_time"] = stats.host_time(rows, host_case)
-    # the kernel configs are chosen while compiling, from the GPU's measured table: name it
-    doc["config_table"] = _config_table()
+    return gate.gate(doc, baseline, floor=floor, k=args.noise_k, impls=gated,
+                     scope=_selection(args), plain_tol=args.plain_tolerance,
+                     first_call_tol=args.first_call_tolerance,
+                     first_call_slack_s=args.first_call_slack)
+
+
+def _write_outputs(doc: dict, out_dir: str, save) -> str:
     save()
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write(stats.markdown_report(doc))
@@ -692,19 +670,24 @@ def main(argv=None) -> int:
         wrote += ", perf.png"
     except Exception as e:
         log(f"plot failed: {type(e).__name__}: {e}")
+    return wrote
+
+
+def _print_report(doc: dict) -> None:
+    rows = doc["rows"]
     problems = [r for r in rows if r["status"] in ("error",) or r.get("error")]
     for r in problems[:20]:
         print(f"problem {stats.row_key(r)}: {r['status']} {(r.get('error') or '')[:300]}")
-    for v in variants:
+    for v in doc["variants"]:
         if v["status"] != "ok":
             print(f"variant {v.get('workload') or v.get('model')}/"
                   f"{v.get('precision') or v.get('attn')}/{v['impl']}/"
                   f"{v.get('form') or v.get('seq')}: {v['status']} {v.get('error') or ''}")
-    print(stats.gate_text(g))
-    if incomplete:
-        print(f"INCOMPLETE: work skipped after the {args.deadline:.0f}s deadline")
-        rc = rc or 3
-    print(f"\nwrote {out_dir}/{wrote} in {doc['wall_s']:.0f}s (exit {rc})\n")
+    print(stats.gate_text(doc["gate"]))
+
+
+def _print_tables(doc: dict) -> None:
+    rows = doc["rows"]
     if any(stats.kind(r) == "block" for r in rows):
         print(stats.summary_table(stats.summarize(rows)))
     if doc["host_time"]:
@@ -717,6 +700,67 @@ def main(argv=None) -> int:
         print("\n" + stats.model_table(rows))
     if any(stats.kind(r) == "train_block" for r in rows):
         print("\n" + stats.train_table(rows))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    print(estimate_text(args), flush=True)
+    if args.estimate:
+        return 0
+    device = _device(args)
+    if device is None:
+        return 2
+    import torch._functorch.config
+    import torch._inductor.config
+
+    import inductor_gqa  # noqa: F401  (registers the op and, when present, the backend)
+    from perf import first_call
+
+    # compile afresh in this process, so that counters["inductor_gqa"] sees every compilation
+    # (a cache hit skips the pass); the first-call suite measures the caches in subprocesses
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
+    if args.smoke and device == "cpu":
+        first_call.smoke_config()
+
+    env = collect_env(device)
+    default_out = (os.path.join(REPO, "out", "smoke") if args.smoke
+                   else os.path.join(REPO, "perf", "results", slug(env["gpu"])))
+    out_dir = args.out or os.environ.get("OUT") or default_out
+    os.makedirs(out_dir, exist_ok=True)
+    json_path = os.path.join(out_dir, "results.json")
+    baseline = None
+    if args.baseline:
+        with open(args.baseline) as f:
+            baseline = json.load(f)
+    floor = args.noise_floor
+    if floor is None:
+        floor = (baseline or {}).get("settings", {}).get("noise_floor",
+                                                         stats.DEFAULT_NOISE_FLOOR)
+    doc = {"schema": stats.SCHEMA, "env": env, "settings": _settings(args, floor, device == "cuda"),
+           "expected": expected_rows(args), "rows": [], "variants": []}
+    log(f"{env['gpu']} torch {env['torch']} triton {env['triton']} transformers "
+        f"{env['transformers']} commit {env['git_commit']} -> {out_dir}")
+
+    def save():
+        write_json(json_path, doc)
+
+    _run_suites(args, doc, device, save)
+    stats.add_ratios(doc["rows"])
+    doc["wall_s"] = time.time() - T0
+    doc["gate"] = _gate(args, doc, baseline, floor)
+    host_case = (("W075", "high") + SMOKE_CASES["W075"][0]) if args.smoke else stats.HOST_CASE
+    doc["host_time"] = stats.host_time(doc["rows"], host_case)
+    # the kernel configs are chosen while compiling, from the GPU's measured table: name it
+    doc["config_table"] = _config_table()
+    wrote = _write_outputs(doc, out_dir, save)
+    _print_report(doc)
+    # 3: cut by the deadline (the gate fails it too); 1: the gate failed
+    rc = 3 if doc["deadline_cut"] else (0 if doc["gate"]["ok"] else 1)
+    if doc["deadline_cut"]:
+        print(f"INCOMPLETE: work skipped after the {args.deadline:.0f}s deadline")
+    print(f"\nwrote {out_dir}/{wrote} in {doc['wall_s']:.0f}s (exit {rc})\n")
+    _print_tables(doc)
     return rc
 
 
