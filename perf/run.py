@@ -387,7 +387,116 @@ def estimate_text(args) -> str:
 
 
 # ----------------------------------------------------------------------------------------- blocks
+class _Variant:
+    """One compiled (workload, precision, form, implementation): the function or module under
+    test and how to call it on a case's inputs. Ours and stock_dynamic compile once for every
+    case; ``per_case`` implementations (stock at its best) compile afresh for each."""
+
+    def __init__(self, args, workload, form, impl, compile_, device):
+        from perf import bench
+        self.args, self.workload, self.form, self.impl = args, workload, form, impl
+        self.dims = bench.SMOKE_DIMS if args.smoke else None
+        self.fn = bench.block_fn(workload, self.dims)
+        self.mod = (bench.make_module(workload, device, self.dims) if form == "module"
+                    else None)
+        self.compile_ = compile_
+        self.per_case = bench.per_case(impl, args.dynamic)
+        self.target = None if self.per_case else self.compiled()
+
+    def compiled(self):
+        return self.compile_(self.fn if self.form == "fn" else self.mod)
+
+    def for_case(self) -> None:
+        if self.per_case:                     # stock at its best: a fresh static compile per case
+            import torch._dynamo
+            torch._dynamo.reset()
+            self.target = self.compiled()
+
+    def inputs(self, s, b, device, seed, dynamic: bool = False) -> dict:
+        from perf import bench
+        inputs = bench.make_inputs(self.workload, s, b, device, seed=seed, dims=self.dims)
+        if dynamic and self.impl != "eager" and not self.per_case:
+            bench.mark_dynamic(inputs, self.workload, self.args.dynamic)
+        return inputs
+
+    def call(self, inputs: dict):
+        from perf import bench
+        target = self.target
+        if self.form == "fn":
+            return lambda: target(**inputs)
+        call_args = bench.load_module(self.mod, self.workload, inputs)
+        return lambda: target(*call_args)
+
+
+def _check_case(args, var: _Variant, row: dict, cid: int, device) -> None:
+    """The correctness check of one case: fresh inputs each round, against the eager reference."""
+    from perf import bench
+    s, b = row["seq"], row["batch"]
+    fracs, passed, c = [], True, None
+    for r in range(args.check_rounds):
+        ci = var.inputs(s, b, device, args.seed * 100003 + 1000 * (r + 1) + cid)
+        outs = bench.as_tuple(var.call(ci)())
+        refs = bench.reference(var.workload, ci, var.fn)
+        c = bench.check_outputs(var.workload, s, b, outs, refs)
+        fracs.append(min(c["fracs"]) if c["fracs"] else 0.0)
+        passed &= c["passed"]
+        del ci, outs, refs
+    if c is not None:
+        row["check"] = {"passed": bool(passed), "min_frac": min(fracs),
+                        "rounds": args.check_rounds, "atol": c["atol"], "rtol": c["rtol"]}
+
+
+def _time_case(args, call, row: dict, device) -> None:
+    """GPU time, plain call and profile of one case; ``fused`` from this case's own call (our
+    op or kernels ran), whatever compilation or cache served it."""
+    from perf import bench
+    try:
+        info = {}
+        gpu, meds, spread = bench.device_time_us(call, device, args.replays, args.blocks,
+                                                 info=info)
+        row.update(gpu_us=gpu, block_medians=meds, spread=spread, **info)
+    except Exception as e:             # e.g. not capturable: still time plainly
+        row["error"] = f"graph capture/replay: {type(e).__name__}: {e}"[:500]
+    row["plain_us"], row["plain_spread"] = bench.plain_time_us(call, args.plain_runs, device)
+    prof = bench.profile_call(call, device, calls=1 if args.no_profile else 3)
+    row.update({k: prof[k] for k in bench.FUSION_FIELDS} if args.no_profile else prof)
+
+
+def _run_case(args, var: _Variant, row: dict, first: bool, v: dict, device) -> None:
+    """One case of a variant, into ``row``: first call, check, timings."""
+    from torch._dynamo.utils import counters
+
+    from perf import bench
+    s, b = row["seq"], row["batch"]
+    cid = workload_cases(args, var.workload).index((s, b))
+    try:
+        var.for_case()
+        fused0 = counters["inductor_gqa"].get("blocks_fused", 0)
+        inputs = var.inputs(s, b, device, args.seed * 100003 + cid, dynamic=True)
+        _, first_s = bench.wall(var.call(inputs), device)
+        row["inproc_first_s"] = first_s      # this process, earlier variants' caches
+        if first or var.per_case:
+            v["compile_s"] = max(v["compile_s"] or 0.0, first_s)
+        row["blocks_fused"] = counters["inductor_gqa"].get("blocks_fused", 0) - fused0
+        _check_case(args, var, row, cid, device)
+        _time_case(args, var.call(inputs), row, device)   # module weights: the timing inputs
+        row["status"] = "ok" if row.get("gpu_us") else "error"
+        del inputs
+    except Exception as e:
+        row["error"] = f"{type(e).__name__}: {e}"[:1000]
+        traceback.print_exc()
+    bench.sync(device)
+    log(f"{var.workload.name}/{row['precision']}/{var.impl}/{var.form} {s}x{b}: "
+        f"{row['status']} gpu {row.get('gpu_us', float('nan')):.1f} us "
+        f"(spread {row.get('spread', 0) * 100:.1f}%) plain "
+        f"{row.get('plain_us', float('nan')):.1f} us kernels {row.get('kernels')} "
+        f"fused {row.get('fused')} host {row.get('block_host_us') or float('nan'):.1f} us"
+        f" check {stats.check_cell(row)} first call {row.get('inproc_first_s', 0):.2f}s"
+        + (f" ERROR {row['error'][:200]}" if row.get("error") else ""))
+
+
 def run_variant(args, workload, precision, form, impl, cases, rows, variants, device):
+    """One (workload, precision, form, implementation): a row per case, and its variant."""
     import torch
     import torch._dynamo
     from torch._dynamo.utils import counters
@@ -395,18 +504,16 @@ def run_variant(args, workload, precision, form, impl, cases, rows, variants, de
     from inductor_gqa import workloads as wl
     from perf import bench
 
-    dims = bench.SMOKE_DIMS if args.smoke else None
-    sized = bench.sized(workload, dims)
+    sized = bench.sized(workload, bench.SMOKE_DIMS if args.smoke else None)
     torch._dynamo.reset()
     v = {"workload": workload.name, "precision": precision, "impl": impl, "form": form,
          "status": "ok", "compile_s": None, "graphs": None, "error": None}
     variants.append(v)
-    base = {"kind": "block", "workload": workload.name, "precision": precision, "impl": impl,
-            "form": form}
 
     def new_row(s, b, status):
-        return dict(base, seq=s, batch=b, status=status,
-                    sol_us=wl.sol_seconds(sized, s, b) * 1e6)
+        return {"kind": "block", "workload": workload.name, "precision": precision,
+                "impl": impl, "form": form, "seq": s, "batch": b, "status": status,
+                "sol_us": wl.sol_seconds(sized, s, b) * 1e6}
 
     if over_deadline(args, 0.0 if impl == "eager" else EST["compile_dynamic"]):
         v["status"] = "skipped"
@@ -420,91 +527,17 @@ def run_variant(args, workload, precision, form, impl, cases, rows, variants, de
         log(f"{workload.name}/{precision}/{impl}/{form}: unavailable: {e}")
         rows.extend(dict(new_row(s, b, "unavailable"), error=str(e)) for s, b in cases)
         return
-    per_case = bench.per_case(impl, args.dynamic)
-    fn = bench.block_fn(workload, dims)
     graphs0 = counters["stats"]["unique_graphs"]
     counters["inductor_gqa"].clear()
-    all_cases = workload_cases(args, workload)
     try:
-        mod = bench.make_module(workload, device, dims) if form == "module" else None
-
-        def compiled():
-            return compile_(fn if form == "fn" else mod)
-
-        target = None if per_case else compiled()
-
-        def make_call(inputs):
-            if form == "fn":
-                return lambda: target(**inputs)
-            call_args = bench.load_module(mod, workload, inputs)
-            return lambda: target(*call_args)
-
+        var = _Variant(args, workload, form, impl, compile_, device)
         for i, (s, b) in enumerate(cases):
             row = new_row(s, b, "error")
             rows.append(row)
             if over_deadline(args):
                 row["status"] = "skipped"
                 continue
-            cid = all_cases.index((s, b))
-            try:
-                if per_case:                # stock at its best: a fresh static compile per case
-                    torch._dynamo.reset()
-                    target = compiled()
-                fused0 = counters["inductor_gqa"].get("blocks_fused", 0)
-                inputs = bench.make_inputs(workload, s, b, device,
-                                           seed=args.seed * 100003 + cid, dims=dims)
-                if impl != "eager" and not per_case:
-                    bench.mark_dynamic(inputs, workload, args.dynamic)
-                call = make_call(inputs)
-                _, first_s = bench.wall(call, device)
-                row["inproc_first_s"] = first_s      # this process, earlier variants' caches
-                if i == 0 or per_case:
-                    v["compile_s"] = max(v["compile_s"] or 0.0, first_s)
-                row["blocks_fused"] = counters["inductor_gqa"].get("blocks_fused", 0) - fused0
-                # correctness, fresh inputs each round
-                fracs, passed = [], True
-                for r in range(args.check_rounds):
-                    ci = bench.make_inputs(workload, s, b, device,
-                                           seed=args.seed * 100003 + 1000 * (r + 1) + cid,
-                                           dims=dims)
-                    outs = bench.as_tuple(make_call(ci)())
-                    refs = bench.reference(workload, ci, fn)
-                    c = bench.check_outputs(workload, s, b, outs, refs)
-                    fracs.append(min(c["fracs"]) if c["fracs"] else 0.0)
-                    passed &= c["passed"]
-                    del ci, outs, refs
-                if args.check_rounds:
-                    row["check"] = {"passed": bool(passed), "min_frac": min(fracs),
-                                    "rounds": args.check_rounds, "atol": c["atol"],
-                                    "rtol": c["rtol"]}
-                call = make_call(inputs)          # module weights back to the timing inputs
-                try:
-                    info = {}
-                    gpu, meds, spread = bench.device_time_us(call, device, args.replays,
-                                                             args.blocks, info=info)
-                    row.update(gpu_us=gpu, block_medians=meds, spread=spread, **info)
-                except Exception as e:             # e.g. not capturable: still time plainly
-                    row["error"] = f"graph capture/replay: {type(e).__name__}: {e}"[:500]
-                row["plain_us"], row["plain_spread"] = bench.plain_time_us(
-                    call, args.plain_runs, device)
-                # fused: this case's own call ran our op or our kernels (profile), whatever
-                # compilation or cache served it; a fusion-only profile under --no-profile
-                prof = bench.profile_call(call, device, calls=1 if args.no_profile else 3)
-                row.update({k: prof[k] for k in bench.FUSION_FIELDS} if args.no_profile
-                           else prof)
-                row["status"] = "ok" if row.get("gpu_us") else "error"
-                del inputs, call
-            except Exception as e:
-                row["error"] = f"{type(e).__name__}: {e}"[:1000]
-                traceback.print_exc()
-            bench.sync(device)
-            log(f"{workload.name}/{precision}/{impl}/{form} {s}x{b}: "
-                f"{row['status']} gpu {row.get('gpu_us', float('nan')):.1f} us "
-                f"(spread {row.get('spread', 0) * 100:.1f}%) plain "
-                f"{row.get('plain_us', float('nan')):.1f} us kernels {row.get('kernels')} "
-                f"fused {row.get('fused')} host {row.get('block_host_us') or float('nan'):.1f} us"
-                f" check {stats.check_cell(row)} first call {row.get('inproc_first_s', 0):.2f}s"
-                + (f" ERROR {row['error'][:200]}" if row.get("error") else ""))
+            _run_case(args, var, row, i == 0, v, device)
     except Exception as e:
         v["status"], v["error"] = "error", f"{type(e).__name__}: {e}"[:1000]
         traceback.print_exc()
