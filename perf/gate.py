@@ -137,7 +137,11 @@ def _missing_and_cut(current: dict, v: Verdict) -> None:
     missing = [k for k in (exp or []) if k not in have]
     if missing:
         v.failures.append(f"{len(missing)} selected rows missing: {_few(missing)}")
-    skipped = [row_key(r) for r in rows if r.get("status") == "skipped"]
+    # skipped with a reason (a warm first call after a failed cold one): that reason; without
+    # one: the deadline
+    skipped = [row_key(r) for r in rows if r.get("status") == "skipped" and not r.get("error")]
+    v.failures += [f"{row_key(r)}: skipped ({r['error'][:200]})" for r in rows
+                   if r.get("status") == "skipped" and r.get("error")]
     cut = current.get("deadline_cut")
     if cut or skipped:
         after = f" after the {cut['deadline_s']:.0f} s deadline" if cut else ""

@@ -73,7 +73,7 @@ def _config_table() -> dict:
     return {"file": str(path.name), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16]}
 
 
-def parse_args(argv=None):
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m perf.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suites", default=",".join(SUITES), help="comma list of " + ",".join(SUITES))
@@ -145,7 +145,13 @@ def parse_args(argv=None):
     g.add_argument("--train-options", default=None,
                    help='JSON of inductor_gqa Options for ours, added to {"fuse_with_grad": true}'
                    ' (e.g. {"training_core": "kernels"})')
-    a = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    """The options, with the selection lists resolved (``*_list``) and the defaults of --smoke
+    and --quick applied."""
+    a = _parser().parse_args(argv)
     from perf import models
     a.suites_list = split(a.suites)
     for s in a.suites_list:
@@ -683,7 +689,7 @@ def _run_suites(args, doc: dict, device: str, save) -> None:
 def _gate(args, doc: dict, baseline, floor) -> dict:
     """The gate over the finished run; a deadline cut is recorded first (the gate fails it)."""
     from perf import gate
-    skipped = sum(1 for r in doc["rows"] if r["status"] == "skipped")
+    skipped = sum(1 for r in doc["rows"] if r["status"] == "skipped" and not r.get("error"))
     doc["deadline_cut"] = {"deadline_s": args.deadline, "skipped": skipped} if skipped else None
     gated = None if args.gate_impls == "all" else split(args.gate_impls)
     return gate.gate(doc, baseline, floor=floor, k=args.noise_k, impls=gated,

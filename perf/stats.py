@@ -518,4 +518,7 @@ def validate(result: dict) -> list[str]:
             for f in REQUIRED_OK[k]:
                 if not isinstance(r.get(f), (int, float)):
                     errs.append(f"rows[{i}].{f} not a number")
+    for i, e in enumerate(result.get("expected") or []):
+        if kind(e) not in KINDS or any(f not in e for f in KINDS[kind(e)]):
+            errs.append(f"expected[{i}] is not a row key")
     return errs

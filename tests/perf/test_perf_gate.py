@@ -170,6 +170,15 @@ def test_a_deadline_cut_fails_with_its_reason():
                "(model/llama/sdpa/prefill/backend/S2048xB1)")
 
 
+def test_a_row_skipped_for_a_reason_is_not_a_deadline_cut():
+    d = passing()
+    find(d, kind="first_call", impl="backend", cache="warm").update(
+        status="skipped", error="the cold-cache process failed", first_call_s=None)
+    g = failing(d, "first_call/W075/high/backend/fn/S131xB1/warm: skipped (the cold-cache "
+                   "process failed)")
+    assert not any("cut" in f for f in g["failures"])
+
+
 def test_the_run_records_a_deadline_cut_and_exits_3(monkeypatch):
     from perf import run
     args = run.parse_args(["--suites", "blocks", "--workloads", "W075", "--cases", "0",
@@ -313,6 +322,13 @@ def test_the_run_expects_every_row_of_its_selection():
     assert sorted(stats.row_key(e) for e in run.expected_rows(a)) == [
         "W092/bf16/backend/fn/S128xB1", "W092/bf16/backend/fn/S373xB8",
         "W092/bf16/stock_dynamic/fn/S128xB1", "W092/bf16/stock_dynamic/fn/S373xB8"]
+
+
+def test_expected_rows_are_validated():
+    d = passing()
+    assert stats.validate(d) == []
+    d["expected"].append({"kind": "block", "workload": "W075"})
+    assert stats.validate(d) == [f"expected[{len(d['expected']) - 1}] is not a row key"]
 
 
 def test_the_docs_carry_every_threshold():
