@@ -343,7 +343,7 @@ FUSION_FIELDS = ("fused", "fused_by", "fused_ops", "our_kernels")
 KNOWN_KERNELS = ("gqa_attention_kernel", "bwd_preprocess_kernel", "bwd_dkdv_kernel",
                  "bwd_dq_kernel", "scale_rows_kernel", "linear_kernel", "qkv_kernel",
                  "norm_rope_bwd_kernel", "proj_rope_kernel", "qk_norm_rope_kernel", "wo16_kernel",
-                 "rope_table_kernel")
+                 "rope_table_kernel", "decode_split_kernel", "decode_combine_kernel")
 
 
 @functools.lru_cache(maxsize=None)

@@ -347,3 +347,9 @@ def test_the_gate_cli_refuses_a_schema_1_result(tmp_path):
         gate.main([str(p)])
     p.write_text(json.dumps(passing()))
     assert gate.main([str(p)]) == 0 and gate.main(["--thresholds"]) == 0
+
+
+def test_the_known_kernel_names_cover_the_package():
+    """The fallback names (should a kernels module fail to import) list every kernel found."""
+    from perf import bench
+    assert set(bench.our_kernels()) <= set(bench.KNOWN_KERNELS)
