@@ -149,6 +149,36 @@ def _missing_and_cut(current: dict, v: Verdict) -> None:
                           + (f" ({_few(skipped)})" if skipped else ""))
 
 
+SUITE_KINDS = {"blocks": "block", "first-call": "first_call", "models": "model",
+               "train": "train_block"}
+
+
+def _names(text) -> list:
+    return [x.strip() for x in (text or "").split(",") if x.strip()]
+
+
+def _empty_selections(current: dict, v: Verdict) -> None:
+    """A suite, workload or model the run selected whose selection matches no row (e.g. a case
+    label no workload has). Merged sets are left to their takes' own gates: their settings are
+    the first take's."""
+    st = current.get("settings") or {}
+    exp = current.get("expected")
+    if exp is None or st.get("merged_from"):
+        return
+    suites = _names(st.get("suites"))
+    empty = [s for s in suites if s in SUITE_KINDS
+             and not (s == "first-call" and st.get("first_call_cases") == "none")
+             and not any(kind(e) == SUITE_KINDS[s] for e in exp)]
+    if "blocks" in suites:
+        empty += [f"blocks {w}" for w in _names(st.get("workloads"))
+                  if not any(kind(e) == "block" and e["workload"] == w for e in exp)]
+    if "models" in suites:
+        empty += [f"models {m}" for m in st.get("models") or []
+                  if not any(kind(e) == "model" and e["model"] == m for e in exp)]
+    if empty:
+        v.failures.append(f"selected, but no row asked for: {', '.join(empty)}")
+
+
 def _is_fused(r: dict) -> Optional[bool]:
     """Whether a row of ours ran fused, from that case's own compiled code (None: not
     recorded)."""
@@ -402,6 +432,7 @@ def gate(current: dict, baseline: Optional[dict] = None, floor=None,
            "first_call_slack_s": first_call_slack_s}
     v = Verdict()
     _missing_and_cut(current, v)
+    _empty_selections(current, v)
     _rows(current, impls, v)
     exempt = speed_exempt(current)
     if exempt:

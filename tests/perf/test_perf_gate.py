@@ -133,6 +133,22 @@ def test_a_selected_row_that_is_missing_fails(what, gone):
     failing(d, "selected rows missing")
 
 
+def test_a_selected_suite_or_workload_that_matches_nothing_fails():
+    from perf import run
+    args = run.parse_args(["--suites", "blocks,models", "--workloads", "W075,W092",
+                           "--cases", "4096x1", "--models", "llama"])
+    d = passing()
+    d["settings"].update(suites=args.suites, workloads=args.workloads, models=args.models_list)
+    d["expected"] = run.expected_rows(args)
+    d["rows"] = [dict(e, status="ok") for e in d["expected"]]
+    assert {e["workload"] for e in d["expected"] if e["kind"] == "block"} == {"W075"}
+    failing(d, "selected, but no row asked for: blocks W092")
+    d["settings"].update(suites="blocks,first-call,models", first_call_cases="none")
+    assert "first-call" not in "\n".join(gate.gate(d)["failures"])
+    d["settings"]["first_call_cases"] = "W092:1x1"
+    failing(d, "selected, but no row asked for: first-call, blocks W092")
+
+
 def test_a_selection_without_a_workload_does_not_need_it():
     d = passing()
     keep = [r for r in d["rows"] if r.get("workload") != "W092"]
