@@ -216,13 +216,16 @@ def _run_shape(args, model, base, extra, b, s, impls, rows, variants, device, ov
                         if refs is None:        # the eager model's logits, once per shape
                             refs = [model(input_ids=x, use_cache=False).logits
                                     for x in check_ids]
-                        fracs, passed = [], True
+                        fracs, passed, finite = [], True, True
                         for x, ref in zip(check_ids, refs):
-                            ok, frac = check_logits(call(x), ref, s, b)
+                            logits = call(x)
+                            ok, frac = check_logits(logits, ref, s, b)
+                            finite &= bool(torch.isfinite(logits).all())
                             fracs.append(frac)
                             passed &= ok
                         from inductor_gqa import workloads as wl
                         row["check"] = {"passed": bool(passed), "min_frac": min(fracs),
+                                        "finite": finite,
                                         "rounds": args.check_rounds,
                                         "atol": wl.atol(wl.W092, s, b), "rtol": wl.W092.rtol}
                     try:
