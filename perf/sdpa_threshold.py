@@ -3,7 +3,7 @@ with the inference plan's default attention choice and with the library's forced
 
     python -m perf.sdpa_threshold [--out DIR]
 
-Per case: stock ``torch.compile`` (static shapes), ours as planned (``plans.SDPA_MIN_ROWS``
+Per case: stock ``torch.compile`` (static shapes), ours as planned (``plans.SDPA_INFERENCE_MIN_ROWS``
 decides: the library's attention from B*H*S rows up), and ours with the library's attention at
 every size; GPU time by CUDA-graph replay and the plan each compile chose. Cases: W092 at the
 sizes around the threshold, and a Llama-3-8B-shaped block (32 / 8 heads of 128, hidden 4096;
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     out = a.out or os.environ.get("OUT") or "."
     os.makedirs(out, exist_ok=True)
     rows = []
-    default = plans.SDPA_MIN_ROWS
+    default = plans.SDPA_INFERENCE_MIN_ROWS
     for name, s, b, dims in CASES:
         h = dims.get("num_heads", wl.W092.num_heads)
         fn = wl.workload_fn(wl.W092, dims.get("num_heads"), dims.get("num_kv_heads"),
@@ -60,14 +60,14 @@ def main(argv=None) -> int:
         row = {"case": f"{name} {s}x{b}", "rows": b * s * h}
         try:
             row["stock_us"] = _time(fn, inputs, "inductor")
-            plans.SDPA_MIN_ROWS = default
+            plans.SDPA_INFERENCE_MIN_ROWS = default
             row["ours_us"] = _time(fn, inputs, "inductor_gqa")
-            plans.SDPA_MIN_ROWS = 0
+            plans.SDPA_INFERENCE_MIN_ROWS = 0
             row["ours_library_us"] = _time(fn, inputs, "inductor_gqa")
         except Exception as e:  # noqa: BLE001
             row["error"] = repr(e)[:400]
         finally:
-            plans.SDPA_MIN_ROWS = default
+            plans.SDPA_INFERENCE_MIN_ROWS = default
         row["planned"] = "library" if row["rows"] >= default else "ours"
         rows.append(row)
         print(json.dumps(row), flush=True)

@@ -208,7 +208,10 @@ def _check_common(spec: BlockSpec, p: Problem, options) -> None:
         raise Unsupported("CPU tensors (the kernels run on CPU only in Triton's interpreter)")
 
 
-SDPA_MIN_ROWS = 131072      # B * H * S from which the library's attention is planned
+SDPA_MIN_ROWS = 131072      # B * H * S from which the training core takes the library's forward
+# B * H * S from which inference plans the library's attention (docs/decisions.md, "Compile
+# modes": on an H100 it was as fast or faster at every size measured down to this one)
+SDPA_INFERENCE_MIN_ROWS = 49152
 
 
 def _attention_plan(spec: BlockSpec, p: Problem, operands: str, tables) -> AttentionPlan:
@@ -218,9 +221,9 @@ def _attention_plan(spec: BlockSpec, p: Problem, operands: str, tables) -> Atten
                   seq_static=p.seq_max, seq_hint=p.seq_hint, rows=rows, causal=spec.causal,
                   mask_kind=mk)
     if not spec.return_probs:
-        # the library's attention (cuDNN / FlashAttention with GQA) for 16-bit blocks at large
-        # B*H*S; ours where the grid is small (W092 on the H200: ours for small S*B*H)
-        if (operands == "b16" and spec.mask == "none" and rows >= SDPA_MIN_ROWS
+        # the library's attention (cuDNN / FlashAttention with GQA) for 16-bit blocks; ours
+        # where the grid is small
+        if (operands == "b16" and spec.mask == "none" and rows >= SDPA_INFERENCE_MIN_ROWS
                 and not p.runtime_floats
                 and not getattr(spec, "window", 0) and not getattr(spec, "softcap", 0.0)
                 and spec.head_dim in (64, 128) and not interpreting()):
@@ -328,8 +331,8 @@ def choose_core(spec: BlockSpec, p: Problem, options, runtime_scale: bool = Fals
     elif (rows >= SDPA_MIN_ROWS and p.capability >= (8, 0)
           and library_attention(spec, p.dtype, p.device, p.seq, options)):
         # the library's forward (its log-sum-exp turned into our statistics), our backward:
-        # where inference plans the library's attention, ours is slower forward (H100, W092
-        # 128x16: 99 us against cuDNN's 41), and our backward needs no scratch. Its
+        # at a large grid ours is slower forward (H100, W092 128x16: 99 us against cuDNN's
+        # 41), and our backward needs no scratch. Its
         # FlashAttention-2 runs from sm_80 on.
         attention = AttentionPlan("sdpa")
     else:
