@@ -88,7 +88,9 @@ def run_case(name, b, ctx, cfg=None, check=True) -> dict:
         ours = lambda: decode.launch(q, k, v, scale=scale, positions=pos, cfg=cfg)  # noqa: E731
         if check:
             out = ours()
-            ref = _reference(q, k, v, pos, scale)
+            n = max(1, min(b, (4 << 30) // max(1, 8 * k[0].numel() * (hq // hkv))))
+            ref = _reference(q[:n], k[:n], v[:n], pos[:n], scale)   # float32 copies: bounded
+            out = out[:n]
             row["rel_err"] = float((out.float() - ref).norm() / ref.norm())
             row["finite"] = bool(torch.isfinite(out).all())
         row["ours_us"] = round(bench.graph_time_us(ours, 20, 3)[0], 2)
