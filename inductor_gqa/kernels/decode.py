@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .flash import LOG2E, MASK_CODES, log2_units, to_log2_units
+from .flash import LOG2E, MASK_CODES, log2_units, masked_scores
 from .launch import cdiv, interpreting, launch as _launch, next_pow2, static_int
 
 
@@ -114,12 +114,7 @@ def _logits(s, pos, offs_n, n_ok, row_ok, mask_rows, sm_k, qscale, softcap, mask
     if MASK_KIND != 0:
         mv = tl.load(mask_rows[:, None] + offs_n[None, :].to(tl.int64) * sm_k,
                      mask=row_ok[:, None] & n_ok[None, :], other=0)
-        if MASK_KIND == 1:
-            s = tl.where(mv != 0, s, float("-inf"))
-        elif MASK_KIND == 2:
-            s = tl.where(mv != 0, mask_fill, s)     # already in log2 units (host side)
-        else:
-            s = s + to_log2_units(mv.to(tl.float32))
+        s = masked_scores(s, mv, mask_fill, MASK_KIND)
     ok = n_ok[None, :] & (offs_n[None, :] <= pos[:, None])
     if WINDOW:
         ok = ok & (pos[:, None] - offs_n[None, :] < window)
