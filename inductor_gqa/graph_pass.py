@@ -138,6 +138,10 @@ def run(graph: Graph, options: Options, lower: bool = True) -> int:
         except Reject as r:
             rep.rejected(anchor, r.reason, r.detail)
             continue
+        if not lower and match.spec.cache != "none":
+            rep.rejected(anchor, "kv cache with gradients", "the training form attends over "
+                         "its own k/v only: call under torch.no_grad()")
+            continue
         values = match_values(match)
         plan = None
         if _has_kernels(values["x"], options):

@@ -1,7 +1,10 @@
 """The fused op ``inductor_gqa::attention_block``: schema, fake (meta) implementation, dispatch.
 
 One call computes a whole attention block: Q/K/V projections (+bias), optional per-head RMSNorm,
-optional RoPE, grouped-query attention, optional o_proj. Every static variation is a scalar argument
+optional RoPE, grouped-query attention, optional o_proj. With a K/V cache (``cache`` not "none")
+the new k/v join ``past_key``/``past_value`` (a concatenation, or a write at ``cache_position``
+into a copy of the buffer) and the queries attend over all of them; the cache the model keeps
+is still computed by the graph, so this op mutates nothing. Every static variation is a scalar argument
 (see ``plan/spec.py``), so one schema covers every variant the matcher accepts.
 
 A float that is a runtime value in the graph (Dynamo keeps float arguments and attributes as 0-d
@@ -27,7 +30,7 @@ OP_NAME = "inductor_gqa::attention_block"
 
 TENSOR_ARGS = ("x", "wq", "wk", "wv", "bq", "bk", "bv", "q_norm_weight", "k_norm_weight", "cos",
                 "sin", "inv_freq", "position_ids", "attn_mask", "wo", "bo", "runtime_scale",
-                "runtime_eps", "runtime_k_eps")
+                "runtime_eps", "runtime_k_eps", "past_key", "past_value", "cache_position")
 _TENSOR_ARGS = TENSOR_ARGS
 
 
@@ -44,19 +47,23 @@ def attention_block(
     inv_freq: Optional[torch.Tensor], position_ids: Optional[torch.Tensor],
     attn_mask: Optional[torch.Tensor], wo: Optional[torch.Tensor], bo: Optional[torch.Tensor],
     runtime_scale: Optional[torch.Tensor], runtime_eps: Optional[torch.Tensor],
-    runtime_k_eps: Optional[torch.Tensor],
+    runtime_k_eps: Optional[torch.Tensor], past_key: Optional[torch.Tensor],
+    past_value: Optional[torch.Tensor], cache_position: Optional[torch.Tensor],
     num_heads: int, num_kv_heads: int, head_dim: int, norm: str, eps: float, norm_scope: str,
     rope: str, rotary_dim: int, rope_fp32: bool, core: str, scale: float, scale_op: str,
     causal: bool, window: int, softcap: float, mask: str, mask_fill: float, return_probs: bool,
+    cache: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     spec = BlockSpec(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, norm=norm,
                      eps=eps, norm_scope=norm_scope, rope=rope, rotary_dim=rotary_dim,
                      rope_fp32=rope_fp32, core=core,
                      scale=scale, scale_op=scale_op, causal=causal, window=window,
-                     softcap=softcap, mask=mask, mask_fill=mask_fill, return_probs=return_probs)
+                     softcap=softcap, mask=mask, mask_fill=mask_fill, return_probs=return_probs,
+                     cache=cache)
     tensors = dict(zip(TENSOR_ARGS, (x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos,
                                      sin, inv_freq, position_ids, attn_mask, wo, bo,
-                                     runtime_scale, runtime_eps, runtime_k_eps)))
+                                     runtime_scale, runtime_eps, runtime_k_eps, past_key,
+                                     past_value, cache_position)))
     with torch.no_grad():
         out, probs = attention_block_reference(**tensors, spec=spec)
     return out.contiguous(), (probs.contiguous() if return_probs else _no_probs(x))
@@ -64,13 +71,19 @@ def attention_block(
 
 @attention_block.register_fake
 def _(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin, inv_freq, position_ids,
-      attn_mask, wo, bo, runtime_scale, runtime_eps, runtime_k_eps, num_heads, num_kv_heads,
-      head_dim, norm, eps, norm_scope, rope, rotary_dim, rope_fp32, core, scale, scale_op, causal,
-      window, softcap, mask, mask_fill, return_probs):
+      attn_mask, wo, bo, runtime_scale, runtime_eps, runtime_k_eps, past_key, past_value,
+      cache_position, num_heads, num_kv_heads, head_dim, norm, eps, norm_scope, rope, rotary_dim,
+      rope_fp32, core, scale, scale_op, causal, window, softcap, mask, mask_fill, return_probs,
+      cache):
     b, s, _ = x.shape
     width = wo.shape[0] if wo is not None else num_heads * head_dim
     out = x.new_empty((b, s, width))
-    probs = x.new_empty((b, num_heads, s, s)) if return_probs else _no_probs(x)
+    keys = s
+    if cache == "concat":
+        keys = past_key.shape[2] + s
+    elif cache == "index_put":
+        keys = past_key.shape[2]
+    probs = x.new_empty((b, num_heads, s, keys)) if return_probs else _no_probs(x)
     return out, probs
 
 
