@@ -22,6 +22,7 @@ from torch.fx import Graph
 from . import patterns
 from .find import report
 from .find.assemble import assemble
+from .find.cache_write import write_into_cache
 from .find.canonical import canonicalize
 from .find.graph import Reject
 from .find.rewrite import rewrite
@@ -156,6 +157,9 @@ def run(graph: Graph, options: Options, lower: bool = True) -> int:
         call = rewrite(graph, match)
         if plan is not None and lower:
             expand(graph, call, plan, match.spec)
+        elif match.spec.cache.startswith("index_put"):
+            graph.eliminate_dead_code()
+            write_into_cache(graph, call, match.cache)
         graph.eliminate_dead_code()
         alive = set(graph.nodes)
         rep.fused(anchor, match.spec, plan)

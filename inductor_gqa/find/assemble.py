@@ -36,6 +36,7 @@ class BlockMatch:
     end: OutputEnd
     core: Core
     heads_shape: tuple                 # (B, H, S, D) of the attention output
+    cache: Optional[tuple] = None      # (Cache of k, Cache of v) with a K/V cache
 
 
 def _strip_norm_and_transpose(n: Node, what: str) -> tuple[Node, Optional[Norm]]:
@@ -176,13 +177,14 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
                        else None),
         past_key=cache[0].past if cache else None, past_value=cache[1].past if cache else None,
         cache_position=cache[0].positions if cache else None)
-    return BlockMatch(spec, tensors, end, core, (b, h, s, d))
+    return BlockMatch(spec, tensors, end, core, (b, h, s, d), cache)
 
 
 def _cache(k: Node, v: Node, core: Core) -> Optional[tuple[Cache, Cache]]:
     """The K/V cache the block writes k and v into (the same form, the same positions), or
     None when it attends over its own k/v only."""
-    ck, cv = match_cache(k), match_cache(v)
+    s = shape(core.q)[2]
+    ck, cv = match_cache(k, s), match_cache(v, s)
     if ck is None and cv is None:
         return None
     if ck is None or cv is None or ck.kind != cv.kind or ck.positions is not cv.positions:
@@ -190,7 +192,7 @@ def _cache(k: Node, v: Node, core: Core) -> Optional[tuple[Cache, Cache]]:
     if core.causal or core.window:
         # SDPA's is_causal aligns queries at the start of the keys, a structured mask is square;
         # neither is the end-aligned causal of a query after its cache, nor a static buffer's
-        if not same(shape(core.q)[2], shape(k)[2]):
+        if not same(s, shape(k)[2]):
             raise Reject("mask not recognized", "causal structure over a K/V cache longer than "
                          "the queries")
         if ck.kind == "index_put":

@@ -3,9 +3,10 @@
 One call computes a whole attention block: Q/K/V projections (+bias), optional per-head RMSNorm,
 optional RoPE, grouped-query attention, optional o_proj. With a K/V cache (``cache`` not "none")
 the new k/v join ``past_key``/``past_value`` (a concatenation, or a write at ``cache_position``
-into a copy of the buffer) and the queries attend over all of them; the cache the model keeps
-is still computed by the graph, so this op mutates nothing. Every static variation is a scalar argument
-(see ``plan/spec.py``), so one schema covers every variant the matcher accepts.
+into a copy of the buffer) and the queries attend over all of them; this op mutates nothing.
+``inductor_gqa::attention_block_write_cache`` is the same block writing a static cache's buffers
+in place (a declared mutation). Every static variation is a scalar argument (see
+``plan/spec.py``), so one schema covers every variant the matcher accepts.
 
 A float that is a runtime value in the graph (Dynamo keeps float arguments and attributes as 0-d
 tensors under ``dynamic=True``) comes in as ``runtime_scale`` / ``runtime_eps`` (and
@@ -70,7 +71,7 @@ def attention_block(
 
 
 @attention_block.register_fake
-def _(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin, inv_freq, position_ids,
+def _fake(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin, inv_freq, position_ids,
       attn_mask, wo, bo, runtime_scale, runtime_eps, runtime_k_eps, past_key, past_value,
       cache_position, num_heads, num_kv_heads, head_dim, norm, eps, norm_scope, rope, rotary_dim,
       rope_fp32, core, scale, scale_op, causal, window, softcap, mask, mask_fill, return_probs,
@@ -85,6 +86,38 @@ def _(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin, inv_fre
         keys = past_key.shape[2]
     probs = x.new_empty((b, num_heads, s, keys)) if return_probs else _no_probs(x)
     return out, probs
+
+
+WRITE_OP_NAME = "inductor_gqa::attention_block_write_cache"
+
+
+def _write_schema() -> str:
+    """attention_block's schema with the cache buffers declared as written in place."""
+    schema = str(torch.ops.inductor_gqa.attention_block.default._schema)
+    schema = schema[schema.index("("):]
+    for name, alias in (("past_key", "a"), ("past_value", "b")):
+        schema = schema.replace(f"Tensor? {name}", f"Tensor({alias}!) {name}")
+    return schema.replace("Tensor? cache_position", "Tensor cache_position")
+
+
+def _write_cache(*args, **kwargs):
+    names = [a.name for a in torch.ops.inductor_gqa.attention_block.default._schema.arguments]
+    values = dict(zip(names, args), **kwargs)
+    spec = BlockSpec(**{k: values[k] for k in names[len(TENSOR_ARGS):]})
+    with torch.no_grad():
+        out, probs = attention_block_reference(**{k: values[k] for k in TENSOR_ARGS}, spec=spec,
+                                               write_cache=True)
+    x = values["x"]
+    return out.contiguous(), (probs.contiguous() if spec.return_probs else _no_probs(x))
+
+
+# The block of a static K/V cache (``cache`` "index_put" or "index_put_prefix") that writes its
+# new k/v into the buffers ``past_key``/``past_value`` at ``cache_position`` itself, declared as
+# an in-place mutation (functionalization wraps it in ``auto_functionalized``, which Inductor
+# reinplaces), then attends over them as ``attention_block`` does.
+attention_block_write_cache = torch.library.custom_op(
+    WRITE_OP_NAME, _write_cache, mutates_args=("past_key", "past_value"), schema=_write_schema())
+attention_block_write_cache.register_fake(_fake)
 
 
 # the BlockSpec fields, in the schema's order after the tensors

@@ -154,16 +154,22 @@ def project_qkv(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, si
     return q, k, v
 
 
-def with_cache(new: torch.Tensor, past: torch.Tensor, cache_position, spec: BlockSpec):
+def with_cache(new: torch.Tensor, past: torch.Tensor, cache_position, spec: BlockSpec,
+               write: bool = False):
     """The keys (or values) the block attends over: its ``new`` ones [B, Hkv, S, D] joined to the
-    cache ``past`` as the model joins them (``spec.cache``). The buffer is not written."""
+    cache ``past`` as the model joins them (``spec.cache``). ``write``: a static cache's buffer
+    is written in place (else a copy is)."""
     if spec.cache == "none":
         return new
     if spec.cache == "concat":
         return torch.cat((past, new), dim=2)
-    if spec.cache == "index_put":
+    if spec.cache in ("index_put", "index_put_prefix"):
         check_cache_positions(cache_position, past.shape[2])
-        return torch.ops.aten.index_put(past, [None, None, cache_position], new)
+        if write:
+            keys = torch.ops.aten.index_put_(past, [None, None, cache_position], new)
+        else:
+            keys = torch.ops.aten.index_put(past, [None, None, cache_position], new)
+        return keys[:, :, :new.shape[2]] if spec.cache == "index_put_prefix" else keys
     raise AssertionError(spec.cache)
 
 
@@ -178,11 +184,12 @@ def check_cache_positions(cache_position: torch.Tensor, length: int) -> None:
 def attention_block_reference(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin,
                               inv_freq, position_ids, attn_mask, wo, bo, spec: BlockSpec,
                               runtime_scale=None, runtime_eps=None, runtime_k_eps=None,
-                              past_key=None, past_value=None, cache_position=None):
+                              past_key=None, past_value=None, cache_position=None,
+                              write_cache=False):
     q, k, v = project_qkv(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin,
                           inv_freq, position_ids, spec, runtime_eps, runtime_k_eps)
-    k = with_cache(k, past_key, cache_position, spec)
-    v = with_cache(v, past_value, cache_position, spec)
+    k = with_cache(k, past_key, cache_position, spec, write_cache)
+    v = with_cache(v, past_value, cache_position, spec, write_cache)
     o, probs = attention_core(q, k, v, attn_mask, spec, runtime_scale)
     b, _, s, _ = q.shape
     o = o.transpose(1, 2).contiguous().view(b, s, spec.num_heads * spec.head_dim)

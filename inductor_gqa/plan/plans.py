@@ -193,6 +193,10 @@ class CorePlan:
 
 
 def _check_common(spec: BlockSpec, p: Problem, options) -> None:
+    if spec.cache != "none":
+        # the kernels attend over the block's own k/v: a query shorter than its keys, keys from
+        # a cache, the end-aligned causal and the cache's masks are not theirs yet
+        raise Unsupported(f"no kernel for a K/V cache (cache={spec.cache!r}) yet")
     for f in dataclasses.fields(spec):
         if f.name not in _KNOWN_FIELDS and getattr(spec, f.name) != f.default:
             raise Unsupported(f"no kernel for {f.name}={getattr(spec, f.name)!r} yet")

@@ -16,7 +16,7 @@ CORES = ("sdpa", "explicit")
 SCALE_OPS = ("mul", "div")
 MASKS = ("none", "bool_keep", "bool_fill", "additive")
 NORM_SCOPES = ("head", "proj")
-CACHES = ("none", "concat", "index_put")
+CACHES = ("none", "concat", "index_put", "index_put_prefix")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +74,8 @@ class BlockSpec:
     #   index_put: keys = past_key with k written at ``cache_position`` along dim 2
     #              (StaticCache's index_copy_ as Inductor decomposes it): P keys, the whole
     #              buffer; its unfilled slots are masked by the block's mask tensor
+    #   index_put_prefix: the same buffer's first S slots only (S = the query length: a static
+    #              cache's prefill, causal over the prompt's slots)
     # Queries are aligned at the end of the keys for causal/window (see ``_structure_keep``).
     cache: str = "none"
 
