@@ -209,7 +209,7 @@ def plan_for(spec, values: dict, options):
     ``Options.autotune``), else from the GPU's config table."""
     problem = Problem.of(spec, values)
     plan = choose(spec, problem, options)       # raises Unsupported first, before any tuning
-    if tune.autotune_enabled(options):
+    if tune.autotune_enabled(options) and spec.cache == "none":
         plan = tune.plan_block(spec, problem, values, options) or plan
     return plan
 

@@ -159,8 +159,11 @@ def test_decode_loop_static_cache():
     c = counters["inductor_gqa"]
     assert c["blocks_seen"] == c["blocks_fused"] > 0, dict(c)
     assert len(calls) == model.config.num_hidden_layers * (steps + 1)
-    # prefill attends over the prompt's slots (no mask), each step over the whole buffer
-    assert {s.cache for s in calls} == {"index_put_prefix", "index_put"}
+    # each step attends over the whole buffer; prefill too, or (transformers 5.2x, no mask)
+    # over the prompt's slots
+    layers = model.config.num_hidden_layers
+    assert {s.cache for s in calls[layers:]} == {"index_put"}
+    assert {s.cache for s in calls[:layers]} <= {"index_put", "index_put_prefix"}
 
 
 def _op_inputs(cache_len=8, s=2, b=2, seed=0):
@@ -210,10 +213,59 @@ def test_positions_outside_the_cache_raise(op):
     assert torch.equal(t["past_key"], k0)
 
 
-@pytest.mark.parametrize("cache", ["concat", "index_put", "index_put_prefix"])
-def test_gpu_plans_refuse_cached_blocks(cache):
-    """No kernel plan attends over a cache yet: the block is left as written on a GPU."""
+@pytest.mark.parametrize("cache", ["index_put", "index_put_prefix"])
+def test_gpu_plans_refuse_static_caches(cache):
+    """No kernel plan writes a static cache yet: the block is left as written on a GPU."""
     spec, t = _op_inputs()
     spec = dataclasses.replace(spec, cache=cache)
     with pytest.raises(Unsupported, match="no kernel for a K/V cache"):
         choose(spec, Problem.of(spec, t), Options(cpu_kernels=True))
+
+
+@pytest.mark.parametrize("case", ["decode_mask", "prefill_causal_norm"])
+def test_cached_sdpa_plan_matches_the_reference(case):
+    """The DynamicCache plan (our norm/RoPE kernel in the interpreter, the library's SDPA over
+    the joined cache) against the reference: one token per row with a padding mask, and three
+    queries after five cached keys, causal, with QK norm."""
+    from inductor_gqa.kernels.launch import direct_launches
+    from inductor_gqa.lower.emit import emit
+
+    s = 1 if case == "decode_mask" else 3
+    spec, t = _op_inputs(s=s)
+    g = torch.Generator().manual_seed(1)
+    past = 5
+    t["past_key"] = torch.randn(2, 2, past, 16, generator=g)
+    t["past_value"] = torch.randn(2, 2, past, 16, generator=g)
+    t["cache_position"] = None
+    t["position_ids"] = torch.tensor([[past + i for i in range(s)], [2 + i for i in range(s)]])
+    if case == "decode_mask":
+        spec = dataclasses.replace(spec, cache="concat", mask="bool_keep")
+        keep = torch.ones(2, 1, s, past + s, dtype=torch.bool)
+        keep[1, :, :, :3] = False                   # row 1 left-padded by 3
+        t["attn_mask"] = keep
+    else:
+        spec = dataclasses.replace(spec, cache="concat", causal=True, norm="fp32_weight")
+        t["q_norm_weight"] = 1.0 + 0.3 * torch.randn(16, generator=g)
+        t["k_norm_weight"] = 1.0 + 0.3 * torch.randn(16, generator=g)
+    plan = choose(spec, Problem.of(spec, t), Options(cpu_kernels=True))
+    assert plan.name == "cached_sdpa"
+    with direct_launches():
+        out, probs = emit(plan, spec, dict(t))
+    with torch.no_grad():
+        ref, _ = op_module.attention_block_reference(**t, spec=spec)
+    torch.testing.assert_close(out, ref, rtol=2e-5, atol=2e-5)
+    assert probs.numel() == 0
+
+
+def test_generate_with_kernel_plans():
+    """``Options(cpu_kernels=True)`` (the GPU path, kernels in the interpreter): the decode steps
+    of a DynamicCache take the cached plan, tokens equal to eager's."""
+    model = _build("llama", "sdpa")
+    ids, mask = inputs(padded=True)
+    want = _generate(model, ids, mask, "dynamic")
+    got, _ = _compiled_generate(model, ids, mask, "dynamic",
+                                light_backend(Options(cpu_kernels=True)))
+    c = counters["inductor_gqa"]
+    assert c["blocks_seen"] == c["blocks_fused"] > 0, dict(c)
+    assert c["plan: cached_sdpa"] == 2 * model.config.num_hidden_layers, dict(c)
+    assert got.tolist() == want.tolist()

@@ -83,7 +83,7 @@ def attention_core(q, k, v, attn_mask, spec: BlockSpec, runtime_scale=None):
     structure = spec.causal or spec.window > 0
     if spec.core == "sdpa":
         mask = attn_mask
-        if spec.causal and not spec.window and mask is None:
+        if spec.causal and not spec.window and mask is None and q.shape[-2] == k.shape[-2]:
             return F.scaled_dot_product_attention(
                 q, k, v, is_causal=True, scale=spec.scale), None
         if structure:
@@ -112,6 +112,19 @@ def attention_core(q, k, v, attn_mask, spec: BlockSpec, runtime_scale=None):
         s = s + attn_mask
     p = F.softmax(s, dim=-1, dtype=torch.float32).to(v.dtype)
     return torch.matmul(p, v), p
+
+
+def cached_attention_mask(spec: BlockSpec, attn_mask, sq: int, sk: int, device):
+    """The sdpa core's mask as one tensor (or None): causal/window folded into the mask tensor,
+    exactly as ``attention_core`` folds them (queries aligned at the end of the keys)."""
+    if not (spec.causal or spec.window):
+        return attn_mask
+    keep = _structure_keep(sq, sk, spec, device)
+    if attn_mask is None:
+        return keep
+    if attn_mask.dtype == torch.bool:
+        return attn_mask & keep
+    return attn_mask.masked_fill(~keep, float("-inf"))
 
 
 def _structure_keep(sq: int, sk: int, spec: BlockSpec, device) -> torch.Tensor:
