@@ -256,8 +256,15 @@ def _cached_sdpa(spec: BlockSpec, t: dict):
     keys = torch.cat((t["past_key"], _heads(k, b, s, hk, d)), dim=2)
     values = torch.cat((t["past_value"], _heads(v, b, s, hk, d)), dim=2)
     mask = cached_attention_mask(spec, t["attn_mask"], s, keys.shape[2], x.device)
+    gqa = spec.groups > 1
+    if gqa and mask is not None:
+        # with a mask the library's GQA path is its math kernel: its fused kernels take the
+        # heads repeated, as stock transformers passes them
+        keys, values = keys.repeat_interleave(spec.groups, 1), values.repeat_interleave(
+            spec.groups, 1)
+        gqa = False
     o = F.scaled_dot_product_attention(_heads(q, b, s, h, d), keys, values, attn_mask=mask,
-                                       scale=spec.scale, enable_gqa=spec.groups > 1)
+                                       scale=spec.scale, enable_gqa=gqa)
     o = o.transpose(1, 2).reshape(b, s, h * d)
     out = F.linear(o, t["wo"], t["bo"]) if t["wo"] is not None else o
     return out, _no_probs(x)

@@ -186,8 +186,9 @@ class CachedSdpaPlan:
     """A block over a DynamicCache (``cache="concat"``, a decode step): the projections as the
     library's GEMMs, our norm/RoPE epilogue on q and k, the new k/v joined to the cache, then the
     library's ``F.scaled_dot_product_attention`` over all of it with an explicit mask (causal
-    aligned at the end, the block's mask tensor) and grouped heads as they are, o_proj. A first
-    plan: the split-KV decode kernel replaces its attention."""
+    aligned at the end, the block's mask tensor; grouped heads as they are without a mask,
+    repeated as stock passes them with one), o_proj. A first plan: the split-KV decode kernel
+    replaces its attention."""
     name = "cached_sdpa"
 
 
