@@ -22,6 +22,7 @@ from torch.fx import Graph
 from . import patterns
 from .find import report
 from .find.assemble import assemble
+from .find.cache_write import write_into_cache
 from .find.canonical import canonicalize
 from .find.graph import Reject
 from .find.rewrite import rewrite
@@ -138,6 +139,10 @@ def run(graph: Graph, options: Options, lower: bool = True) -> int:
         except Reject as r:
             rep.rejected(anchor, r.reason, r.detail)
             continue
+        if not lower and match.spec.cache != "none":
+            rep.rejected(anchor, "kv cache with gradients", "the training form attends over "
+                         "its own k/v only: call under torch.no_grad()")
+            continue
         values = match_values(match)
         plan = None
         if _has_kernels(values["x"], options):
@@ -152,6 +157,9 @@ def run(graph: Graph, options: Options, lower: bool = True) -> int:
         call = rewrite(graph, match)
         if plan is not None and lower:
             expand(graph, call, plan, match.spec)
+        elif match.spec.cache.startswith("index_put"):
+            graph.eliminate_dead_code()
+            write_into_cache(graph, call, match.cache)
         graph.eliminate_dead_code()
         alive = set(graph.nodes)
         rep.fused(anchor, match.spec, plan)
@@ -201,7 +209,7 @@ def plan_for(spec, values: dict, options):
     ``Options.autotune``), else from the GPU's config table."""
     problem = Problem.of(spec, values)
     plan = choose(spec, problem, options)       # raises Unsupported first, before any tuning
-    if tune.autotune_enabled(options):
+    if tune.autotune_enabled(options) and spec.cache == "none":
         plan = tune.plan_block(spec, problem, values, options) or plan
     return plan
 
