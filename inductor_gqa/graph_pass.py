@@ -24,7 +24,7 @@ from .find import report
 from .find.assemble import assemble
 from .find.cache_write import write_into_cache
 from .find.canonical import canonicalize
-from .find.graph import Reject
+from .patterns.graph import Reject
 from .find.rewrite import rewrite
 from .lower import expand
 from .lower.emit import emit_core, emit_core_backward
