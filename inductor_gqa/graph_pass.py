@@ -67,7 +67,7 @@ class AttentionBlockPass(CustomGraphPass):
         self.options = options or Options()
         self.chain = chain          # None, a pass, or a list/tuple of passes (newer Inductor)
         # the backend already fused this compilation's blocks before AOTAutograd (a graph with
-        # inputs that require grad, find/before_autograd.py): in the joint graph, only lower
+        # inputs that require grad, before_autograd.py): in the joint graph, only lower
         # the core calls put there and their backward calls
         self.before_autograd = before_autograd
 
