@@ -29,6 +29,7 @@ import torch
 
 from . import configs as cfgs
 from .plans import Fp16CopiesPlan, NativePlan, Problem, choose
+from .source import source_hash
 from .spec import BlockSpec
 
 # representative cases: (workload, precision, S, B), one per S bucket of each workload
@@ -124,7 +125,6 @@ def cache_path(gpu: str) -> str:
     import triton
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    from ..graph_pass import source_hash
     key = hashlib.sha256(f"{torch.__version__}|{triton.__version__}|{source_hash()}".encode())
     return os.path.join(cache_dir(), "inductor_gqa",
                         f"{cfgs.gpu_slug(gpu)}-{key.hexdigest()[:16]}.json")
