@@ -17,6 +17,7 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch.fx import Graph
 
+from . import tune
 from .find import report
 from .find.assemble import assemble
 from .find.cache_write import write_into_cache
@@ -31,7 +32,6 @@ from .op.attention_core import (BWD_TENSORS, FWD_TENSORS, N_BWD_TENSORS, N_FWD_T
 from .options import Options
 from .patterns.attention_core import anchors
 from .patterns.graph import Reject
-from .plan import tune
 from .plan.plans import Problem, Unsupported, choose, choose_core, core_problem
 from .plan.source import cached_source_hash
 
