@@ -20,6 +20,7 @@ import pathlib
 from typing import Optional
 
 from ..kernels.launch import interpreting, next_pow2
+from ..kernels.proj_rope import config_fits
 
 TABLES_DIR = pathlib.Path(__file__).parent / "tables"
 
@@ -200,7 +201,6 @@ def projection_key(rows_hint, parts, head_dim) -> tuple:
 
 
 def projection_candidates(parts, head_dim, rows_static, tma=True) -> list:
-    from ..kernels.proj_rope import config_fits
     if interpreting():
         return [P(32, head_dim, 32, 4, 1, tma=tma)]
     return [dataclasses.replace(c, tma=tma) for c in PROJECTION if config_fits(c, parts, head_dim)
