@@ -20,6 +20,7 @@ from torch._dynamo.utils import counters
 
 import inductor_gqa
 from inductor_gqa import workloads as wl
+from inductor_gqa.explain import explain
 
 SMALL = dict(num_heads=4, num_kv_heads=2, head_dim=32)
 GPU_CASES = {"W075": [(256, 4), (1024, 2), (4096, 1)], "W092": [(128, 4), (512, 4), (2048, 1)]}
@@ -148,8 +149,6 @@ def _fresh_compiles() -> None:
 
 def explain_main(target: str, dynamic: bool = False) -> int:
     import importlib
-
-    from inductor_gqa.find.explain import explain
 
     module_name, sep, attr = target.partition(":")
     if not sep or not attr:

@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 from torch._inductor import config as inductor_config
 
-from .find import before_autograd
+from . import before_autograd
 from .graph_pass import AttentionBlockPass
 from .options import Options, as_options
 

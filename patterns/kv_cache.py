@@ -24,7 +24,7 @@ from typing import Optional
 import torch
 from torch.fx import Node
 
-from inductor_gqa.find.graph import Reject, is_op, same, shape
+from .graph import Reject, is_op, same, shape
 
 aten = torch.ops.aten
 

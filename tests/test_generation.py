@@ -22,7 +22,7 @@ from torch._dynamo.utils import counters
 
 import hf_models
 from hf_models import build, inputs
-from inductor_gqa.find.explain import light_backend
+from inductor_gqa.explain import light_backend
 from inductor_gqa.options import Options
 from inductor_gqa.plan.plans import Problem, Unsupported, choose
 from inductor_gqa.plan.spec import BlockSpec

@@ -15,7 +15,7 @@ from torch._dynamo.utils import counters
 import hf_models
 from hf_models import FAMILIES, attention_paths, build, call_kwargs, inputs
 from inductor_gqa import workloads as wl
-from inductor_gqa.find.explain import explain
+from inductor_gqa.explain import explain
 
 IMPLS = ("sdpa", "eager")
 
@@ -156,7 +156,7 @@ def test_model_returning_its_cache(family, dynamic):
 
 def hf_models_light():
     from inductor_gqa.find import report
-    from inductor_gqa.find.explain import light_backend
+    from inductor_gqa.explain import light_backend
     report.history.clear()
     return light_backend()
 

@@ -23,8 +23,8 @@ from inductor_gqa.patterns.rope import cos_sin_operand, freq_source, match_rope
 
 from ..options import Options
 from ..plan.spec import BlockSpec
-from .graph import (VIEWS, Reject, arg, concrete_int, dtype, is_op, is_permute, same, shape,
-                    through_clones)
+from ..patterns.graph import (VIEWS, Reject, arg, concrete_int, dtype, is_op, is_permute,
+                              same, shape, through_clones)
 
 aten = torch.ops.aten
 

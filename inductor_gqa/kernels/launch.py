@@ -121,7 +121,7 @@ def recording():
 @contextlib.contextmanager
 def direct_launches():
     """Run kernels directly, writing their outputs in place (no higher-order op, no clones):
-    for timing a plan eagerly (``plan/tune.py``)."""
+    for timing a plan eagerly (``tune.py``)."""
     global _direct
     previous, _direct = _direct, True
     try:

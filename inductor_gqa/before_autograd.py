@@ -23,8 +23,10 @@ import torch
 from torch._dynamo.utils import counters
 from torch.fx import GraphModule
 
-from . import report
-from .report import log
+from .find import report
+from .find.report import log
+from .graph_pass import run
+from .lower import training
 
 # Dynamo-level call targets that can start a block (its softmax or SDPA); a graph without one
 # is handed to Inductor untouched, at no cost.
@@ -87,9 +89,6 @@ def fuse_before_autograd(gm: GraphModule, example_inputs, options) -> Optional[G
     ctx = torch._guards.TracingContext.try_get()
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from ..graph_pass import run
-    from ..lower.training import expand_for_training
-
     fake_mode = ctx.fake_mode       # the mode AOTAutograd will trace in
     fakes = [fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) else t
              for t in example_inputs]
@@ -106,7 +105,7 @@ def fuse_before_autograd(gm: GraphModule, example_inputs, options) -> Optional[G
                                  tracing_mode="real", _allow_non_fake_inputs=True)(*fakes)
             if run(traced.graph, options, lower=False) == 0:
                 return None
-            expand_for_training(traced.graph, options)
+            training.expand_for_training(traced.graph, options)
             _differentiable_casts(traced.graph)
             traced.recompile()
     except Exception as e:  # noqa: BLE001  (Dynamo's own graph still compiles, as stock's)

@@ -1,6 +1,6 @@
 """``explain``: which attention blocks of a model are fused, and why the others are not.
 
-    from inductor_gqa.find.explain import explain
+    from inductor_gqa.explain import explain
     print(explain(model, input_ids, attention_mask=mask))      # or: python -m inductor_gqa explain
 
 The model is compiled on the CPU with ``light_backend``: Dynamo and AOTAutograd produce the same
@@ -16,19 +16,18 @@ from typing import Optional
 
 import torch
 
-from . import report
+from . import before_autograd
+from .find import report
+from .graph_pass import lower_fused_calls, run
+from .options import Options, as_options
 
 
 def light_backend(options=None):
     """A torch.compile backend: AOTAutograd with Inductor's decompositions, our pass on the
     forward graph, then eager execution of the rewritten graph. Inputs that require grad: the
-    blocks are fused before AOTAutograd as by the real backend (find/before_autograd.py)."""
+    blocks are fused before AOTAutograd as by the real backend (before_autograd.py)."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._inductor.decomposition import select_decomp_table
-
-    from ..graph_pass import lower_fused_calls, run
-    from ..options import Options, as_options
-    from . import before_autograd
 
     opts = as_options(options) or Options()
 

@@ -2,7 +2,7 @@
 
 Offline, for the reference workloads, writing the committed table ``plan/tables/<gpu>.json``:
 
-    python -m inductor_gqa.plan.tune [--workloads W075,W092] [--deadline 300] [--out FILE]
+    python -m inductor_gqa.tune [--workloads W075,W092] [--deadline 300] [--out FILE]
 
 and while a block compiles, under ``mode="max-autotune"`` or ``Options(autotune=True)``
 (``plan_block``): the block's own shape, measured once and kept in Inductor's cache directory
@@ -12,7 +12,7 @@ Either way the whole block of the plan is timed under CUDA-graph replay, then wi
 candidate config of one kernel family in place of the current one, family after family
 (attention passes, the fused projection, the 3xTF32 GEMMs against the library's), keeping each
 family's winner before the next: every choice is measured in its block (L2 state, neighbours),
-not alone. The winners are table entries under the keys ``configs.py`` looks up.
+not alone. The winners are table entries under the keys ``plan/configs.py`` looks up.
 """
 
 from __future__ import annotations
@@ -27,9 +27,15 @@ import time
 
 import torch
 
-from . import configs as cfgs
-from .plans import Fp16CopiesPlan, NativePlan, Problem, choose
-from .spec import BlockSpec
+from . import workloads as wl
+from .kernels.launch import direct_launches, interpreting
+from .lower.emit import emit
+from .op.attention_block import TENSOR_ARGS
+from .options import Options
+from .plan import configs as cfgs
+from .plan.plans import Fp16CopiesPlan, NativePlan, Problem, choose
+from .plan.source import source_hash
+from .plan.spec import BlockSpec
 
 # representative cases: (workload, precision, S, B), one per S bucket of each workload
 CASES = [("W075", "high", s, b) for s, b in ((128, 4), (211, 2), (449, 16), (512, 8), (1024, 2),
@@ -58,7 +64,6 @@ def workload_block(name: str, inputs: dict):
                  wv=inputs["v_proj_weight"], bv=inputs["v_proj_bias"],
                  wo=inputs["o_proj_weight"], q_norm_weight=inputs["q_norm_weight"],
                  k_norm_weight=inputs["k_norm_weight"], cos=inputs["cos"], sin=inputs["sin"])
-    from ..op.attention_block import TENSOR_ARGS
     full = dict.fromkeys(TENSOR_ARGS)
     full.update(t)
     return spec, full
@@ -70,8 +75,6 @@ log = logging.getLogger("inductor_gqa")
 def _time_us(plan, spec, t) -> float:
     """GPU time of the plan's block: CUDA-graph replay median (on the CPU, under the Triton
     interpreter, wall time of a few runs: the tests)."""
-    from ..kernels.launch import direct_launches
-    from ..lower.emit import emit
     with direct_launches():
         emit(plan, spec, t)
         if t["x"].device.type != "cuda":
@@ -124,7 +127,6 @@ def cache_path(gpu: str) -> str:
     import triton
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    from ..graph_pass import source_hash
     key = hashlib.sha256(f"{torch.__version__}|{triton.__version__}|{source_hash()}".encode())
     return os.path.join(cache_dir(), "inductor_gqa",
                         f"{cfgs.gpu_slug(gpu)}-{key.hexdigest()[:16]}.json")
@@ -186,7 +188,6 @@ def plan_block(spec, p: Problem, fake: dict, options):
     disk), or None where tuning does not apply (no GPU)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    from ..kernels.launch import interpreting
     if p.gpu is None and not interpreting():
         return None
     path = cache_path(p.gpu or "cpu-interpreter")
@@ -252,9 +253,6 @@ def _families(plan, spec, p: Problem):
 
 
 def tune(cases, deadline: float, log_=print) -> tuple[dict, list]:
-    from .. import workloads as wl
-    from ..options import Options
-
     t0 = time.time()
     table, summary = {}, []
     for name, prec, s, b in cases:
@@ -277,7 +275,7 @@ def tune(cases, deadline: float, log_=print) -> tuple[dict, list]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m inductor_gqa.plan.tune")
+    ap = argparse.ArgumentParser(prog="python -m inductor_gqa.tune")
     ap.add_argument("--workloads", default="W075,W092")
     ap.add_argument("--deadline", type=float, default=300.0)
     ap.add_argument("--out", default=None, help="table file (default: plan/tables/<gpu>.json)")
