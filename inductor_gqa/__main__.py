@@ -21,6 +21,7 @@ from torch._dynamo.utils import counters
 
 import inductor_gqa
 from inductor_gqa import workloads as wl
+from inductor_gqa.explain import explain
 
 SMALL = dict(num_heads=4, num_kv_heads=2, head_dim=32)
 GPU_CASES = {"W075": [(256, 4), (1024, 2), (4096, 1)], "W092": [(128, 4), (512, 4), (2048, 1)]}
@@ -204,8 +205,6 @@ def load_factory(target: str):
 def explain_main(target: str, dynamic: bool = False) -> int:
     """``explain``: the table on stdout, exit status 0; a bad target or a failing factory: one
     line on stderr (no traceback) and exit status 2."""
-    from inductor_gqa.find.explain import explain
-
     try:
         factory = load_factory(target)
         try:

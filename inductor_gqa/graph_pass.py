@@ -11,19 +11,17 @@ applies, in which case the block stays as the user wrote it), rewrite into one
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import pathlib
 from typing import Optional
 
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch.fx import Graph
 
-from . import patterns
+from . import tune
 from .find import report
 from .find.assemble import assemble
+from .find.cache_write import write_into_cache
 from .find.canonical import canonicalize
-from .find.graph import NotAttention, Reject
 from .find.rewrite import rewrite
 from .lower import expand
 from .lower.emit import emit_core, emit_core_backward
@@ -33,26 +31,9 @@ from .op.attention_core import (BWD_TENSORS, FWD_TENSORS, N_BWD_TENSORS, N_FWD_T
                                 spec_of_core_args)
 from .options import Options
 from .patterns.attention_core import anchors, is_candidate
-from .plan import tune
+from .patterns.graph import NotAttention, Reject
 from .plan.plans import Problem, Unsupported, choose, choose_core, core_problem
-
-_PACKAGE = pathlib.Path(__file__).parent
-_PATTERNS = pathlib.Path(patterns.__file__).parent
-
-
-def source_hash() -> str:
-    """Hash of every source file the pass and the fused op depend on (patterns, kernels and the
-    config tables too)."""
-    h = hashlib.sha256()
-    files = sorted(set(_PACKAGE.rglob("*.py")) | set(_PACKAGE.rglob("*.json"))
-                   | set(_PATTERNS.rglob("*.py")))
-    for f in files:
-        h.update(str(f.relative_to(f.parents[1])).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-_SOURCE_HASH: Optional[str] = None
+from .plan.source import cached_source_hash
 
 
 class AttentionBlockPass(CustomGraphPass):
@@ -66,7 +47,7 @@ class AttentionBlockPass(CustomGraphPass):
         self.options = options or Options()
         self.chain = chain          # None, a pass, or a list/tuple of passes (newer Inductor)
         # the backend already fused this compilation's blocks before AOTAutograd (a graph with
-        # inputs that require grad, find/before_autograd.py): in the joint graph, only lower
+        # inputs that require grad, before_autograd.py): in the joint graph, only lower
         # the core calls put there and their backward calls
         self.before_autograd = before_autograd
         self.ran = False            # whether Inductor called it (not on an FX graph cache hit)
@@ -86,9 +67,6 @@ class AttentionBlockPass(CustomGraphPass):
             p(graph)
 
     def uuid(self):
-        global _SOURCE_HASH
-        if _SOURCE_HASH is None:
-            _SOURCE_HASH = source_hash()
         chained = []
         for p in self._chained():
             u = p.uuid() if isinstance(p, CustomGraphPass) else None
@@ -96,7 +74,7 @@ class AttentionBlockPass(CustomGraphPass):
                 return None   # a chained plain callable cannot be cached safely: bypass
             chained.append(u)
         # the float32 matmul precision decides plans (TF32 or not), so it keys the cache too
-        return ("inductor_gqa", _SOURCE_HASH, repr(dataclasses.astuple(self.options)),
+        return ("inductor_gqa", cached_source_hash(), repr(dataclasses.astuple(self.options)),
                 self.before_autograd, torch.__version__, torch.get_float32_matmul_precision(),
                 tuple(chained))
 
@@ -144,6 +122,10 @@ def run(graph: Graph, options: Options, lower: bool = True) -> int:
         except Reject as r:
             rep.rejected(anchor, r.reason, r.detail)
             continue
+        if not lower and match.spec.cache != "none":
+            rep.rejected(anchor, "kv cache with gradients", "the training form attends over "
+                         "its own k/v only: call under torch.no_grad()")
+            continue
         values = match_values(match)
         plan = None
         if _has_kernels(values["x"], options):
@@ -158,6 +140,9 @@ def run(graph: Graph, options: Options, lower: bool = True) -> int:
         call = rewrite(graph, match)
         if plan is not None and lower:
             expand(graph, call, plan, match.spec)
+        elif match.spec.cache.startswith("index_put"):
+            graph.eliminate_dead_code()
+            write_into_cache(graph, call, match.cache)
         graph.eliminate_dead_code()
         alive = set(graph.nodes)
         rep.fused(anchor, match.spec, plan)
@@ -207,7 +192,7 @@ def plan_for(spec, values: dict, options):
     ``Options.autotune``), else from the GPU's config table."""
     problem = Problem.of(spec, values)
     plan = choose(spec, problem, options)       # raises Unsupported first, before any tuning
-    if tune.autotune_enabled(options):
+    if tune.autotune_enabled(options) and spec.cache == "none":
         plan = tune.plan_block(spec, problem, values, options) or plan
     return plan
 

@@ -8,7 +8,9 @@ from typing import Optional
 import torch
 from torch._inductor import config as inductor_config
 
-from .find import before_autograd
+from . import before_autograd
+from . import fused as fused_record
+from .find import report
 from .graph_pass import AttentionBlockPass
 from .options import Options, as_options, split_options
 
@@ -59,9 +61,6 @@ def inductor_gqa_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     callable carries them (``fused.fused_blocks``), on an FX graph cache hit too."""
     from torch._inductor import list_mode_options
     from torch._inductor.compile_fx import compile_fx
-
-    from . import fused as fused_record
-    from .find import report
 
     options, inductor_options = split_options(kwargs.pop("options", None))
     mode = kwargs.pop("mode", None)

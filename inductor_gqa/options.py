@@ -36,7 +36,7 @@ class Options:
     # stay ATen ops that autograd differentiates, the attention core becomes one differentiable
     # op with a FlashAttention-style backward. Only backend="inductor_gqa" can (install()'s
     # joint-graph pass sees the backward already derived). On by default since the five models'
-    # training steps measured 1.08-1.42x stock (H100, perf/results/nvidia-h100/train-b16bc20/);
+    # training steps measured faster than stock (docs/decisions.md);
     # False leaves such graphs to stock Inductor.
     fuse_with_grad: bool = True
     # The core of a block with gradients: "auto" takes the library's fused attention

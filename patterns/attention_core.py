@@ -14,9 +14,9 @@ from typing import Optional
 import torch
 from torch.fx import Node
 
-from inductor_gqa.find.graph import (CASTS, VIEWS, NotAttention, Reject, arg, dtype, is_op,
-                                     is_permute, runtime_scalar, same, scalar, shape,
-                                     through_noop_expand, through_views, val)
+from .graph import (CASTS, VIEWS, NotAttention, Reject, arg, dtype, is_op, is_permute,
+                     runtime_scalar, same, scalar, shape, through_noop_expand, through_views,
+                     val)
 
 from .masks import Pattern, constant_pattern, is_constant_mask, split_keep_mask
 

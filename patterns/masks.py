@@ -26,7 +26,7 @@ import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx import Node
 
-from inductor_gqa.find.graph import CASTS, VIEWS, is_op, val
+from .graph import CASTS, VIEWS, is_op, val
 
 aten, prims = torch.ops.aten, torch.ops.prims
 

@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 from torch.fx import Node
 
-from inductor_gqa.find.graph import VIEWS, Reject, is_op, is_permute, same, shape, through_views
+from .graph import VIEWS, Reject, is_op, is_permute, same, shape, through_views
 
 aten = torch.ops.aten
 

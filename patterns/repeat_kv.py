@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch.fx import Node
 
-from inductor_gqa.find.graph import VIEWS, Reject, is_op, same, shape
+from .graph import VIEWS, Reject, is_op, same, shape
 
 aten = torch.ops.aten
 

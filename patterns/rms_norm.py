@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 from torch.fx import Node
 
-from inductor_gqa.find.graph import CASTS, Reject, dtype, is_op, runtime_scalar, scalar, shape
+from .graph import CASTS, Reject, dtype, is_op, runtime_scalar, scalar, shape
 
 aten = torch.ops.aten
 

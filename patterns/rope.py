@@ -14,8 +14,7 @@ from typing import Optional
 import torch
 from torch.fx import Node
 
-from inductor_gqa.find.graph import (CASTS, VIEWS, Reject, dtype, is_op, is_permute, same,
-                                     shape, val)
+from .graph import CASTS, VIEWS, Reject, dtype, is_op, is_permute, same, shape, val
 
 aten = torch.ops.aten
 _END = (None, 2 ** 63 - 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import time
 from typing import Callable, Optional
@@ -336,13 +337,53 @@ def _span(starts_ends: list[tuple[float, float]]) -> Optional[float]:
     return max(e for _, e in starts_ends) - min(s for s, _ in starts_ends)
 
 
+# the fields of profile_call that say whether the call ran fused (the rest is timing)
+FUSION_FIELDS = ("fused", "fused_by", "fused_ops", "our_kernels")
+# the package's launchable kernels, should its modules not import (kernels.*, "*_kernel")
+KNOWN_KERNELS = ("gqa_attention_kernel", "bwd_preprocess_kernel", "bwd_dkdv_kernel",
+                 "bwd_dq_kernel", "scale_rows_kernel", "linear_kernel", "qkv_kernel",
+                 "norm_rope_bwd_kernel", "proj_rope_kernel", "qk_norm_rope_kernel", "wo16_kernel",
+                 "rope_table_kernel", "decode_split_kernel", "decode_combine_kernel")
+
+
+@functools.lru_cache(maxsize=None)
+def our_kernels() -> tuple:
+    """Names of the Triton kernels the package launches (``inductor_gqa.kernels``, every jit
+    function named ``*_kernel``): a lowered block runs them under these names (Inductor adds a
+    ``_<n>`` suffix to a user-defined kernel)."""
+    import importlib
+    import pkgutil
+    try:
+        import triton
+        from inductor_gqa import kernels
+        names = set()
+        for m in pkgutil.iter_modules(kernels.__path__):
+            mod = importlib.import_module(f"{kernels.__name__}.{m.name}")
+            names |= {n for n, obj in vars(mod).items() if n.endswith("_kernel")
+                      and isinstance(obj, triton.runtime.jit.KernelInterface)}
+        return tuple(sorted(names)) or KNOWN_KERNELS
+    except Exception:  # noqa: BLE001 - the known names stand in
+        return KNOWN_KERNELS
+
+
+def our_kernel(name: str) -> Optional[str]:
+    """The package kernel a device kernel's name is (``qkv_kernel_3`` -> ``qkv_kernel``)."""
+    for k in our_kernels():
+        if name == k or (name.startswith(k + "_") and name[len(k) + 1:].isdigit()):
+            return k
+    return None
+
+
 def profile_call(call: Callable[[], object], device="cuda", calls: int = 3) -> dict:
     """One profiled stretch of ``calls`` plain calls. Returns per call: ``kernels`` (CUDA kernels,
     memcpy/memset excluded; None on a CPU), ``fused_ops`` (inductor_gqa::attention_block calls),
-    ``fused``, ``launch_span_us`` (host time from the call's first kernel launch to the end of its
-    last; median over calls) and ``block_host_us`` (the same within each fused op's range: the
-    block's own host time, median over the op calls; when no op range is seen, e.g. once the
-    block is an Inductor lowering, the call's span stands in and ``host_scope`` says "call").
+    ``our_kernels`` (the package's kernels that ran), ``fused`` (the op or a kernel of ours ran:
+    the call's own compiled code fused the block, whatever compilation or cache served it;
+    ``fused_by`` "op" or "kernels"), ``launch_span_us`` (host time from the call's first kernel
+    launch to the end of its last; median over calls) and ``block_host_us`` (the same within
+    each fused op's range: the block's own host time, median over the op calls; when no op range
+    is seen, e.g. once the block is an Inductor lowering, the call's span stands in and
+    ``host_scope`` says "call").
     On a CPU the op's child aten ops stand in for launches (``host_timer`` "cpu_ops")."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -356,12 +397,13 @@ def profile_call(call: Callable[[], object], device="cuda", calls: int = 3) -> d
             sync(device)
     evs = list(prof.events())
     kernels = 0
-    launches, ops, call_ranges, aten = [], [], [], []
+    launches, ops, call_ranges, aten, ours = [], [], [], [], set()
     for e in evs:
         tr = (e.time_range.start, e.time_range.end)
         if e.device_type == DeviceType.CUDA:
             if not e.name.startswith(("Memcpy", "Memset", "memcpy", "memset")):
                 kernels += 1
+                ours.add(our_kernel(e.name))
         elif e.name == "perf.call":
             call_ranges.append(tr)
         elif "attention_block" in e.name:
@@ -378,8 +420,11 @@ def profile_call(call: Callable[[], object], device="cuda", calls: int = 3) -> d
 
     call_spans = [s for s in (_span(inside(c)) for c in call_ranges) if s is not None]
     op_spans = [s for s in (_span(inside(o)) for o in ops) if s is not None]
+    ours.discard(None)
     out = {"kernels": (kernels // calls) if cuda else None,
-           "fused_ops": len(ops) / calls, "fused": bool(ops),
+           "fused_ops": len(ops) / calls, "fused": bool(ops or ours),
+           "fused_by": "op" if ops else "kernels" if ours else None,
+           "our_kernels": sorted(ours),
            "launch_span_us": stats.median(call_spans) if call_spans else None,
            "host_timer": "cuda_launches" if cuda else "cpu_ops"}
     if op_spans:

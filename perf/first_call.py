@@ -93,6 +93,10 @@ def worker(argv=None) -> int:
             with torch.no_grad():
                 _, out["first_call_s"] = bench.wall(call, a.device)
                 _, out["second_call_s"] = bench.wall(call, a.device)
+                # fused: this process's call ran our op or kernels (a warm cache skips the pass,
+                # so its counters cannot say)
+                prof = bench.profile_call(call, a.device, calls=1)
+                out.update({k: prof[k] for k in bench.FUSION_FIELDS})
         out["fx_cache_hits"] = int(counters["inductor"].get("fxgraph_cache_hit", 0))
         out["fx_cache_misses"] = int(counters["inductor"].get("fxgraph_cache_miss", 0))
         out["blocks_fused"] = int(counters["inductor_gqa"].get("blocks_fused", 0))

@@ -8,8 +8,9 @@ change touched one workload or precision only. Selectors: ``W075`` every block a
 row of that workload, ``W075/high`` one precision's; ``first_call``, ``first_call/W075`` or
 ``first_call/W075/high`` first-call rows only; ``models`` every model row, ``models/llama`` one
 model's. A row taken twice keeps the later take's. The merged file records where its rows came
-from (settings.merged_from) and carries the within-run gate. Old-format runs are read as block
-rows.
+from (settings.merged_from), the rows each take was asked for that its selector keeps
+(``expected``), and carries the gate's within-run rules. Old-format runs are read as block
+rows (with no expected rows recorded, the merged set's gate fails: rerun).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 import os
 import sys
 
-from . import stats
+from . import gate, stats
 
 
 def _wanted(selector: str):
@@ -43,9 +44,14 @@ def merge(takes: dict) -> dict:
     out = dict(first, rows=[], variants=[])
     out["settings"] = dict(first["settings"], merged_from=dict(takes))
     rows: dict = {}
+    expected: dict = {}
     notes = []
     for sel, d in docs.items():
         wanted = _wanted(sel)
+        if d.get("expected") is None:
+            expected = None                 # an older run: its selection is not recorded
+        elif expected is not None:
+            expected.update((stats.row_key(e), e) for e in d["expected"] if wanted(e))
         for r in d["rows"]:
             if wanted(r):
                 rows.pop(stats.row_key(r), None)
@@ -56,12 +62,13 @@ def merge(takes: dict) -> dict:
                 stats.kind(r) == "first_call" and wanted(r) for r in d["rows"]):
             notes.append(f"{sel}: {d['settings']['first_call_note']}")
     out["rows"] = list(rows.values())
+    out["expected"] = None if expected is None else list(expected.values())
     out["settings"]["first_call_note"] = " ".join(notes) or None
-    for k in ("gate", "host_time"):
+    for k in ("gate", "host_time", "deadline_cut"):     # a cut take's rows say so (skipped)
         out.pop(k, None)
     stats.add_ratios(out["rows"])
     out["host_time"] = stats.host_time(out["rows"])
-    out["gate"] = stats.gate(out)        # the within-run rules over the merged rows
+    out["gate"] = gate.gate(out)         # the gate's within-run rules over the merged rows
     return out
 
 
@@ -89,6 +96,7 @@ def main(argv=None) -> int:
     except Exception as e:  # noqa: BLE001
         print(f"plot failed: {type(e).__name__}: {e}")
     print(stats.summary_table(stats.summarize(doc["rows"])))
+    print(stats.gate_text(doc["gate"]))
     return 0
 
 

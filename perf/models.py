@@ -32,7 +32,8 @@ from typing import Callable, Optional
 
 import torch
 
-from . import bench, stats
+from . import bench, stats, train
+from .rows import fusion_counts, open_row, token_ids
 
 LAYERS = 4
 VOCAB = 32000
@@ -108,36 +109,6 @@ def check_logits(out: torch.Tensor, ref: torch.Tensor, seq: int, batch: int) -> 
     return wl.check(out, ref, wl.atol(wl.W092, seq, batch), wl.W092.rtol)
 
 
-def open_row(rows: list, variants: list, base: dict, extra: dict, impl: str, s: int, b: int,
-             over_deadline, compile_s: float, row_s: float):
-    """A model row (and its variant) for one implementation at (B, S), appended: (row, variant),
-    or (row, None) with the row ``skipped`` when its compilation and timings would not fit
-    before the deadline (they must fit, not only start)."""
-    row = dict(base, impl=impl, seq=s, batch=b, status="error", **extra)
-    rows.append(row)
-    if over_deadline(compile_s + row_s if impl != "eager" else row_s):
-        row["status"] = "skipped"
-        return row, None
-    v = {"model": base["model"], "attn": base["attn"], "task": base["task"], "impl": impl,
-         "seq": s, "batch": b, "status": "ok", "compile_s": None, "graphs": None, "error": None}
-    variants.append(v)
-    return row, v
-
-
-def fusion_counts(c) -> dict:
-    """A model row's fusion figures from the pass's counters of its compilation."""
-    return {"fused_layers": int(c.get("blocks_fused", 0)),
-            "blocks_seen": int(c.get("blocks_seen", 0)),
-            "rejected": {k[len("rejected: "):]: int(n) for k, n in c.items()
-                         if k.startswith("rejected")}}
-
-
-def _ids(vocab: int, b: int, s: int, device, seed: int) -> torch.Tensor:
-    g = torch.Generator(device="cpu")
-    g.manual_seed(seed)
-    return torch.randint(0, vocab, (b, s), generator=g).to(device)
-
-
 def run_suite(args, rows: list, variants: list, device, over_deadline: Callable[..., bool],
               log: Callable[[str], None], write: Callable[[], None]) -> None:
     """Every selected (model, attn, shape, impl): one row each, appended to ``rows``."""
@@ -169,7 +140,6 @@ def run_suite(args, rows: list, variants: list, device, over_deadline: Callable[
                 base = dict(base, task=task)
                 for b, s in shapes:
                     if task == "train":
-                        from . import train
                         with torch.enable_grad():
                             train.run_model_shape(args, model, base, extra, b, s, impls, rows,
                                                   variants, device, over_deadline, log)
@@ -186,8 +156,8 @@ def _run_shape(args, model, base, extra, b, s, impls, rows, variants, device, ov
                log, counters) -> None:
     vocab = model.config.vocab_size
     seed0 = args.seed * 100003 + 7919 * s + b
-    ids = _ids(vocab, b, s, device, seed0)
-    check_ids = [_ids(vocab, b, s, device, seed0 + 1000 * (r + 1))
+    ids = token_ids(vocab, b, s, device, seed0)
+    check_ids = [token_ids(vocab, b, s, device, seed0 + 1000 * (r + 1))
                  for r in range(args.check_rounds)]
     refs: Optional[list] = None
     for impl in impls:
@@ -216,13 +186,16 @@ def _run_shape(args, model, base, extra, b, s, impls, rows, variants, device, ov
                         if refs is None:        # the eager model's logits, once per shape
                             refs = [model(input_ids=x, use_cache=False).logits
                                     for x in check_ids]
-                        fracs, passed = [], True
+                        fracs, passed, finite = [], True, True
                         for x, ref in zip(check_ids, refs):
-                            ok, frac = check_logits(call(x), ref, s, b)
+                            logits = call(x)
+                            ok, frac = check_logits(logits, ref, s, b)
+                            finite &= bool(torch.isfinite(logits).all())
                             fracs.append(frac)
                             passed &= ok
                         from inductor_gqa import workloads as wl
                         row["check"] = {"passed": bool(passed), "min_frac": min(fracs),
+                                        "finite": finite,
                                         "rounds": args.check_rounds,
                                         "atol": wl.atol(wl.W092, s, b), "rtol": wl.W092.rtol}
                     try:

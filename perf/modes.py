@@ -49,8 +49,10 @@ _AOTI_RUNNER = r"""
 import json, sys, time, torch
 pkg, inputs_path, out_path = sys.argv[1:4]
 torch.set_float32_matmul_precision(sys.argv[4])
-runner = torch._inductor.aoti_load_package(pkg)
+torch.cuda.init()                       # the package's container expects a live CUDA context
 args = torch.load(inputs_path)
+torch.cuda.synchronize()
+runner = torch._inductor.aoti_load_package(pkg)
 t = time.perf_counter(); out = runner(*args); torch.cuda.synchronize()
 first = time.perf_counter() - t
 times = []
@@ -147,7 +149,8 @@ def _aoti_row(w, s, b, precision: str, workdir: str, impl: str) -> dict:
     in_path, out_path = os.path.join(workdir, "inputs.pt"), os.path.join(workdir, "outputs.pt")
     torch.save(args, in_path)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # the package unreachable
-    proc = subprocess.run([sys.executable, "-c", _AOTI_RUNNER, pkg, in_path, out_path, precision],
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _AOTI_RUNNER, pkg,
+                           in_path, out_path, precision],
                           capture_output=True, text=True, timeout=300, cwd=workdir, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"package run failed (rc {proc.returncode}): {proc.stderr[-2000:]}")

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import traceback
+from typing import Optional
 
 T0 = time.time()
 
@@ -72,7 +73,7 @@ def _config_table() -> dict:
     return {"file": str(path.name), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16]}
 
 
-def parse_args(argv=None):
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m perf.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suites", default=",".join(SUITES), help="comma list of " + ",".join(SUITES))
@@ -144,7 +145,13 @@ def parse_args(argv=None):
     g.add_argument("--train-options", default=None,
                    help='JSON of inductor_gqa Options for ours, added to {"fuse_with_grad": true}'
                    ' (e.g. {"training_core": "kernels"})')
-    a = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    """The options, with the selection lists resolved (``*_list``) and the defaults of --smoke
+    and --quick applied."""
+    a = _parser().parse_args(argv)
     from perf import models
     a.suites_list = split(a.suites)
     for s in a.suites_list:
@@ -247,35 +254,41 @@ def first_call_cases(args, workload, precision: str) -> list[tuple[int, int]]:
     return out
 
 
-def _selection(args, names, forms, impls):
+def expected_rows(args) -> list[dict]:
+    """The key fields of every row this selection asks for, in the order the suites run: the
+    gate fails on any of them missing (``expected`` in results.json)."""
+    from inductor_gqa import workloads as wl
+    out = []
+    forms = split(args.forms)
+    for name in split(args.workloads):
+        w = wl.WORKLOADS[name]
+        cases = select_cases(args.cases, workload_cases(args, w))
+        for prec in precisions_of(args, w):
+            if "blocks" in args.suites_list:
+                out += [{"kind": "block", "workload": name, "precision": prec, "impl": impl,
+                         "form": form, "seq": s, "batch": b}
+                        for form in forms for impl in args.impls_list for s, b in cases]
+            out += [{"kind": "first_call", "workload": name, "precision": prec, "impl": impl,
+                     "form": forms[0], "seq": s, "batch": b, "cache": cache}
+                    for s, b in first_call_cases(args, w, prec)
+                    for impl in args.first_call_impls_list for cache in ("cold", "warm")]
+    if "models" in args.suites_list:
+        out += [{"kind": "model", "model": m, "attn": attn, "task": task, "impl": impl,
+                 "seq": s, "batch": b}
+                for m in args.models_list for attn in args.model_attn_list
+                for task in args.model_tasks_list for b, s in args.model_shapes_list
+                for impl in args.model_impls_list]
+    if "train" in args.suites_list:
+        out += [{"kind": "train_block", "workload": "W092", "impl": impl, "seq": s, "batch": b}
+                for s, b in args.train_cases_list for impl in args.train_impls_list]
+    return out
+
+
+def _selection(args):
     """Whether a baseline row is one this run was asked for: a run of one workload or suite is
     gated on those rows only."""
-    from inductor_gqa import workloads as wl
-
-    precs = set(split(args.precisions)) | {"bf16"}
-
-    def asked(row) -> bool:
-        k = stats.kind(row)
-        if k == "model":
-            return ("models" in args.suites_list and row["model"] in args.models_list
-                    and row["attn"] in args.model_attn_list
-                    and row["impl"] in args.model_impls_list
-                    and row.get("task", "prefill") in args.model_tasks_list
-                    and (row["batch"], row["seq"]) in args.model_shapes_list)
-        if k == "train_block":
-            return ("train" in args.suites_list and row["impl"] in args.train_impls_list
-                    and (row["seq"], row["batch"]) in args.train_cases_list)
-        w = wl.WORKLOADS.get(row["workload"])
-        if w is None or row["workload"] not in names or row["precision"] not in precs:
-            return False
-        if k == "first_call":
-            return (row["impl"] in args.first_call_impls_list and row["form"] == forms[0]
-                    and (row["seq"], row["batch"]) in first_call_cases(args, w,
-                                                                       row["precision"]))
-        return ("blocks" in args.suites_list and row["impl"] in impls and row["form"] in forms
-                and (row["seq"], row["batch"]) in select_cases(args.cases,
-                                                              workload_cases(args, w)))
-    return asked
+    keys = {stats.row_key(r) for r in expected_rows(args)}
+    return lambda row: stats.row_key(row) in keys
 
 
 def slug(name: str) -> str:
@@ -380,7 +393,116 @@ def estimate_text(args) -> str:
 
 
 # ----------------------------------------------------------------------------------------- blocks
+class _Variant:
+    """One compiled (workload, precision, form, implementation): the function or module under
+    test and how to call it on a case's inputs. Ours and stock_dynamic compile once for every
+    case; ``per_case`` implementations (stock at its best) compile afresh for each."""
+
+    def __init__(self, args, workload, form, impl, compile_, device):
+        from perf import bench
+        self.args, self.workload, self.form, self.impl = args, workload, form, impl
+        self.dims = bench.SMOKE_DIMS if args.smoke else None
+        self.fn = bench.block_fn(workload, self.dims)
+        self.mod = (bench.make_module(workload, device, self.dims) if form == "module"
+                    else None)
+        self.compile_ = compile_
+        self.per_case = bench.per_case(impl, args.dynamic)
+        self.target = None if self.per_case else self.compiled()
+
+    def compiled(self):
+        return self.compile_(self.fn if self.form == "fn" else self.mod)
+
+    def for_case(self) -> None:
+        if self.per_case:                     # stock at its best: a fresh static compile per case
+            import torch._dynamo
+            torch._dynamo.reset()
+            self.target = self.compiled()
+
+    def inputs(self, s, b, device, seed, dynamic: bool = False) -> dict:
+        from perf import bench
+        inputs = bench.make_inputs(self.workload, s, b, device, seed=seed, dims=self.dims)
+        if dynamic and self.impl != "eager" and not self.per_case:
+            bench.mark_dynamic(inputs, self.workload, self.args.dynamic)
+        return inputs
+
+    def call(self, inputs: dict):
+        from perf import bench
+        target = self.target
+        if self.form == "fn":
+            return lambda: target(**inputs)
+        call_args = bench.load_module(self.mod, self.workload, inputs)
+        return lambda: target(*call_args)
+
+
+def _check_case(args, var: _Variant, row: dict, cid: int, device) -> None:
+    """The correctness check of one case: fresh inputs each round, against the eager reference."""
+    from perf import bench
+    s, b = row["seq"], row["batch"]
+    fracs, passed, c = [], True, None
+    for r in range(args.check_rounds):
+        ci = var.inputs(s, b, device, args.seed * 100003 + 1000 * (r + 1) + cid)
+        outs = bench.as_tuple(var.call(ci)())
+        refs = bench.reference(var.workload, ci, var.fn)
+        c = bench.check_outputs(var.workload, s, b, outs, refs)
+        fracs.append(min(c["fracs"]) if c["fracs"] else 0.0)
+        passed &= c["passed"]
+        del ci, outs, refs
+    if c is not None:
+        row["check"] = {"passed": bool(passed), "min_frac": min(fracs),
+                        "rounds": args.check_rounds, "atol": c["atol"], "rtol": c["rtol"]}
+
+
+def _time_case(args, call, row: dict, device) -> None:
+    """GPU time, plain call and profile of one case; ``fused`` from this case's own call (our
+    op or kernels ran), whatever compilation or cache served it."""
+    from perf import bench
+    try:
+        info = {}
+        gpu, meds, spread = bench.device_time_us(call, device, args.replays, args.blocks,
+                                                 info=info)
+        row.update(gpu_us=gpu, block_medians=meds, spread=spread, **info)
+    except Exception as e:             # e.g. not capturable: still time plainly
+        row["error"] = f"graph capture/replay: {type(e).__name__}: {e}"[:500]
+    row["plain_us"], row["plain_spread"] = bench.plain_time_us(call, args.plain_runs, device)
+    prof = bench.profile_call(call, device, calls=1 if args.no_profile else 3)
+    row.update({k: prof[k] for k in bench.FUSION_FIELDS} if args.no_profile else prof)
+
+
+def _run_case(args, var: _Variant, row: dict, first: bool, v: dict, device) -> None:
+    """One case of a variant, into ``row``: first call, check, timings."""
+    from torch._dynamo.utils import counters
+
+    from perf import bench
+    s, b = row["seq"], row["batch"]
+    cid = workload_cases(args, var.workload).index((s, b))
+    try:
+        var.for_case()
+        fused0 = counters["inductor_gqa"].get("blocks_fused", 0)
+        inputs = var.inputs(s, b, device, args.seed * 100003 + cid, dynamic=True)
+        _, first_s = bench.wall(var.call(inputs), device)
+        row["inproc_first_s"] = first_s      # this process, earlier variants' caches
+        if first or var.per_case:
+            v["compile_s"] = max(v["compile_s"] or 0.0, first_s)
+        row["blocks_fused"] = counters["inductor_gqa"].get("blocks_fused", 0) - fused0
+        _check_case(args, var, row, cid, device)
+        _time_case(args, var.call(inputs), row, device)   # module weights: the timing inputs
+        row["status"] = "ok" if row.get("gpu_us") else "error"
+        del inputs
+    except Exception as e:
+        row["error"] = f"{type(e).__name__}: {e}"[:1000]
+        traceback.print_exc()
+    bench.sync(device)
+    log(f"{var.workload.name}/{row['precision']}/{var.impl}/{var.form} {s}x{b}: "
+        f"{row['status']} gpu {row.get('gpu_us', float('nan')):.1f} us "
+        f"(spread {row.get('spread', 0) * 100:.1f}%) plain "
+        f"{row.get('plain_us', float('nan')):.1f} us kernels {row.get('kernels')} "
+        f"fused {row.get('fused')} host {row.get('block_host_us') or float('nan'):.1f} us"
+        f" check {stats.check_cell(row)} first call {row.get('inproc_first_s', 0):.2f}s"
+        + (f" ERROR {row['error'][:200]}" if row.get("error") else ""))
+
+
 def run_variant(args, workload, precision, form, impl, cases, rows, variants, device):
+    """One (workload, precision, form, implementation): a row per case, and its variant."""
     import torch
     import torch._dynamo
     from torch._dynamo.utils import counters
@@ -388,18 +510,16 @@ def run_variant(args, workload, precision, form, impl, cases, rows, variants, de
     from inductor_gqa import workloads as wl
     from perf import bench
 
-    dims = bench.SMOKE_DIMS if args.smoke else None
-    sized = bench.sized(workload, dims)
+    sized = bench.sized(workload, bench.SMOKE_DIMS if args.smoke else None)
     torch._dynamo.reset()
     v = {"workload": workload.name, "precision": precision, "impl": impl, "form": form,
          "status": "ok", "compile_s": None, "graphs": None, "error": None}
     variants.append(v)
-    base = {"kind": "block", "workload": workload.name, "precision": precision, "impl": impl,
-            "form": form}
 
     def new_row(s, b, status):
-        return dict(base, seq=s, batch=b, status=status,
-                    sol_us=wl.sol_seconds(sized, s, b) * 1e6)
+        return {"kind": "block", "workload": workload.name, "precision": precision,
+                "impl": impl, "form": form, "seq": s, "batch": b, "status": status,
+                "sol_us": wl.sol_seconds(sized, s, b) * 1e6}
 
     if over_deadline(args, 0.0 if impl == "eager" else EST["compile_dynamic"]):
         v["status"] = "skipped"
@@ -413,92 +533,17 @@ def run_variant(args, workload, precision, form, impl, cases, rows, variants, de
         log(f"{workload.name}/{precision}/{impl}/{form}: unavailable: {e}")
         rows.extend(dict(new_row(s, b, "unavailable"), error=str(e)) for s, b in cases)
         return
-    per_case = bench.per_case(impl, args.dynamic)
-    fn = bench.block_fn(workload, dims)
     graphs0 = counters["stats"]["unique_graphs"]
     counters["inductor_gqa"].clear()
-    all_cases = workload_cases(args, workload)
     try:
-        mod = bench.make_module(workload, device, dims) if form == "module" else None
-
-        def compiled():
-            return compile_(fn if form == "fn" else mod)
-
-        target = None if per_case else compiled()
-
-        def make_call(inputs):
-            if form == "fn":
-                return lambda: target(**inputs)
-            call_args = bench.load_module(mod, workload, inputs)
-            return lambda: target(*call_args)
-
+        var = _Variant(args, workload, form, impl, compile_, device)
         for i, (s, b) in enumerate(cases):
             row = new_row(s, b, "error")
             rows.append(row)
             if over_deadline(args):
                 row["status"] = "skipped"
                 continue
-            cid = all_cases.index((s, b))
-            try:
-                if per_case:                # stock at its best: a fresh static compile per case
-                    torch._dynamo.reset()
-                    target = compiled()
-                fused0 = counters["inductor_gqa"].get("blocks_fused", 0)
-                inputs = bench.make_inputs(workload, s, b, device,
-                                           seed=args.seed * 100003 + cid, dims=dims)
-                if impl != "eager" and not per_case:
-                    bench.mark_dynamic(inputs, workload, args.dynamic)
-                call = make_call(inputs)
-                _, first_s = bench.wall(call, device)
-                row["inproc_first_s"] = first_s      # this process, earlier variants' caches
-                if i == 0 or per_case:
-                    v["compile_s"] = max(v["compile_s"] or 0.0, first_s)
-                row["blocks_fused"] = counters["inductor_gqa"].get("blocks_fused", 0) - fused0
-                # correctness, fresh inputs each round
-                fracs, passed = [], True
-                for r in range(args.check_rounds):
-                    ci = bench.make_inputs(workload, s, b, device,
-                                           seed=args.seed * 100003 + 1000 * (r + 1) + cid,
-                                           dims=dims)
-                    outs = bench.as_tuple(make_call(ci)())
-                    refs = bench.reference(workload, ci, fn)
-                    c = bench.check_outputs(workload, s, b, outs, refs)
-                    fracs.append(min(c["fracs"]) if c["fracs"] else 0.0)
-                    passed &= c["passed"]
-                    del ci, outs, refs
-                if args.check_rounds:
-                    row["check"] = {"passed": bool(passed), "min_frac": min(fracs),
-                                    "rounds": args.check_rounds, "atol": c["atol"],
-                                    "rtol": c["rtol"]}
-                call = make_call(inputs)          # module weights back to the timing inputs
-                try:
-                    info = {}
-                    gpu, meds, spread = bench.device_time_us(call, device, args.replays,
-                                                             args.blocks, info=info)
-                    row.update(gpu_us=gpu, block_medians=meds, spread=spread, **info)
-                except Exception as e:             # e.g. not capturable: still time plainly
-                    row["error"] = f"graph capture/replay: {type(e).__name__}: {e}"[:500]
-                row["plain_us"], row["plain_spread"] = bench.plain_time_us(
-                    call, args.plain_runs, device)
-                if not args.no_profile:
-                    row.update(bench.profile_call(call, device))
-                # the op seen in the profile, or the pass's counters for this variant (an op
-                # that is no longer a runtime call would not show in a profile)
-                row["fused"] = bool(row.get("fused")
-                                    or counters["inductor_gqa"].get("blocks_fused", 0) > 0)
-                row["status"] = "ok" if row.get("gpu_us") else "error"
-                del inputs, call
-            except Exception as e:
-                row["error"] = f"{type(e).__name__}: {e}"[:1000]
-                traceback.print_exc()
-            bench.sync(device)
-            log(f"{workload.name}/{precision}/{impl}/{form} {s}x{b}: "
-                f"{row['status']} gpu {row.get('gpu_us', float('nan')):.1f} us "
-                f"(spread {row.get('spread', 0) * 100:.1f}%) plain "
-                f"{row.get('plain_us', float('nan')):.1f} us kernels {row.get('kernels')} "
-                f"fused {row.get('fused')} host {row.get('block_host_us') or float('nan'):.1f} us"
-                f" check {stats.check_cell(row)} first call {row.get('inproc_first_s', 0):.2f}s"
-                + (f" ERROR {row['error'][:200]}" if row.get("error") else ""))
+            _run_case(args, var, row, i == 0, v, device)
     except Exception as e:
         v["status"], v["error"] = "error", f"{type(e).__name__}: {e}"[:1000]
         traceback.print_exc()
@@ -580,50 +625,33 @@ def write_json(path: str, doc: dict) -> None:
     os.replace(tmp, path)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    print(estimate_text(args), flush=True)
-    if args.estimate:
-        return 0
+TIMING_GPU = (
+    "gpu_us: median over blocks x replays of CUDA-graph replays, events around each replay, back "
+    "to back (warm L2), each graph holding calls_per_graph calls (a replay of at least 200 us) "
+    "and its time divided by that; spread: (max-min)/median of the block medians; plain_us: "
+    "median over plain_runs plain calls, each from an idle device (L2 flushed, synchronized), "
+    "wall time until the device is done; first_call_s: the first call of a new shape in a fresh "
+    "process (inputs ready), empty cache directory (cold) and again with it warm")
+TIMING_CPU = ("CPU stand-ins: gpu_us is the median wall time of back-to-back calls in the same "
+              "blocks; plain_us as on a GPU (wall time of one call); first calls as on a GPU")
+
+
+def _device(args) -> Optional[str]:
+    """The device of this run ("cuda" or "cpu"), or None (after saying why) when there is
+    none it may run on."""
     import torch
     cuda = torch.cuda.is_available() and args.device != "cpu"
     if args.device == "cuda" and not torch.cuda.is_available():
         print("perf.run: --device cuda but no CUDA device", file=sys.stderr)
-        return 2
+        return None
     if not cuda and not args.smoke:
         print("perf.run needs a CUDA GPU (or --smoke for the tiny end-to-end run)",
               file=sys.stderr)
-        return 2
-    device = "cuda" if cuda else "cpu"
-    import torch._functorch.config
-    import torch._inductor.config
+        return None
+    return "cuda" if cuda else "cpu"
 
-    import inductor_gqa  # noqa: F401  (registers the op and, when present, the backend)
-    from perf import first_call
 
-    # compile afresh in this process, so that counters["inductor_gqa"] sees every compilation
-    # (a cache hit skips the pass); the first-call suite measures the caches in subprocesses
-    torch._inductor.config.fx_graph_cache = False
-    torch._functorch.config.enable_autograd_cache = False
-    if args.smoke and not cuda:
-        first_call.smoke_config()
-
-    env = collect_env(device)
-    default_out = (os.path.join(REPO, "out", "smoke") if args.smoke
-                   else os.path.join(REPO, "perf", "results", slug(env["gpu"])))
-    out_dir = args.out or os.environ.get("OUT") or default_out
-    os.makedirs(out_dir, exist_ok=True)
-    json_path = os.path.join(out_dir, "results.json")
-    names = split(args.workloads)
-    forms = split(args.forms)
-    baseline = None
-    if args.baseline:
-        with open(args.baseline) as f:
-            baseline = json.load(f)
-    floor = args.noise_floor
-    if floor is None:
-        floor = (baseline or {}).get("settings", {}).get("noise_floor",
-                                                         stats.DEFAULT_NOISE_FLOOR)
+def _settings(args, floor, cuda: bool) -> dict:
     settings = {k: getattr(args, k) for k in (
         "suites", "workloads", "cases", "impls", "forms", "precisions", "dynamic", "mode",
         "replays", "blocks", "plain_runs", "check_rounds", "seed", "deadline", "smoke",
@@ -633,27 +661,15 @@ def main(argv=None) -> int:
         first_call_impls=args.first_call_impls_list, models=args.models_list,
         model_shapes=[f"{b}x{s}" for b, s in args.model_shapes_list],
         model_impls=args.model_impls_list, noise_floor=floor, noise_k=args.noise_k,
-        estimate_s=estimate(args),
-        timing=(
-            "gpu_us: median over blocks x replays of CUDA-graph replays, events around each "
-            "replay, back to back (warm L2), each graph holding calls_per_graph calls (a replay "
-            "of at least 200 us) and its time divided by that; spread: (max-min)/median of the "
-            "block medians; plain_us: median over plain_runs plain calls, each from an idle "
-            "device (L2 flushed, synchronized), wall time until the device is done; "
-            "first_call_s: the first call of a new shape in a fresh process (inputs ready), "
-            "empty cache directory (cold) and again with it warm"
-            if cuda else
-            "CPU stand-ins: gpu_us is the median wall time of back-to-back calls in the same "
-            "blocks; plain_us as on a GPU (wall time of one call); first calls as on a GPU"))
-    doc = {"schema": stats.SCHEMA, "env": env, "settings": settings, "rows": [],
-           "variants": []}
-    log(f"{env['gpu']} torch {env['torch']} triton {env['triton']} transformers "
-        f"{env['transformers']} commit {env['git_commit']} -> {out_dir}")
-    rows, variants = doc["rows"], doc["variants"]
+        train_cases=[f"{s}x{b}" for s, b in args.train_cases_list],
+        train_impls=args.train_impls_list, estimate_s=estimate(args),
+        timing=TIMING_GPU if cuda else TIMING_CPU)
+    return settings
 
-    def save():
-        write_json(json_path, doc)
 
+def _run_suites(args, doc: dict, device: str, save) -> None:
+    import torch
+    rows, variants, settings = doc["rows"], doc["variants"], doc["settings"]
     with torch.no_grad():
         if "blocks" in args.suites_list:
             run_blocks(args, rows, variants, device, save)
@@ -668,20 +684,21 @@ def main(argv=None) -> int:
         with torch.enable_grad():
             train.run_blocks(args, rows, variants, device,
                              lambda reserve=0.0: over_deadline(args, reserve), log, save)
-    stats.add_ratios(rows)
-    doc["wall_s"] = time.time() - T0
+
+
+def _gate(args, doc: dict, baseline, floor) -> dict:
+    """The gate over the finished run; a deadline cut is recorded first (the gate fails it)."""
+    from perf import gate
+    skipped = sum(1 for r in doc["rows"] if r["status"] == "skipped" and not r.get("error"))
+    doc["deadline_cut"] = {"deadline_s": args.deadline, "skipped": skipped} if skipped else None
     gated = None if args.gate_impls == "all" else split(args.gate_impls)
-    g = stats.gate(doc, baseline, floor=floor, k=args.noise_k, impls=gated,
-                   scope=_selection(args, names, forms, args.impls_list),
-                   plain_tol=args.plain_tolerance, first_call_tol=args.first_call_tolerance,
-                   first_call_slack_s=args.first_call_slack)
-    doc["gate"] = g
-    rc = 0 if g["ok"] else 1
-    incomplete = any(r["status"] == "skipped" for r in rows)
-    host_case = (("W075", "high") + SMOKE_CASES["W075"][0]) if args.smoke else stats.HOST_CASE
-    doc["host_time"] = stats.host_time(rows, host_case)
-    # the kernel configs are chosen while compiling, from the GPU's measured table: name it
-    doc["config_table"] = _config_table()
+    return gate.gate(doc, baseline, floor=floor, k=args.noise_k, impls=gated,
+                     scope=_selection(args), plain_tol=args.plain_tolerance,
+                     first_call_tol=args.first_call_tolerance,
+                     first_call_slack_s=args.first_call_slack)
+
+
+def _write_outputs(doc: dict, out_dir: str, save) -> str:
     save()
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write(stats.markdown_report(doc))
@@ -692,19 +709,24 @@ def main(argv=None) -> int:
         wrote += ", perf.png"
     except Exception as e:
         log(f"plot failed: {type(e).__name__}: {e}")
+    return wrote
+
+
+def _print_report(doc: dict) -> None:
+    rows = doc["rows"]
     problems = [r for r in rows if r["status"] in ("error",) or r.get("error")]
     for r in problems[:20]:
         print(f"problem {stats.row_key(r)}: {r['status']} {(r.get('error') or '')[:300]}")
-    for v in variants:
+    for v in doc["variants"]:
         if v["status"] != "ok":
             print(f"variant {v.get('workload') or v.get('model')}/"
                   f"{v.get('precision') or v.get('attn')}/{v['impl']}/"
                   f"{v.get('form') or v.get('seq')}: {v['status']} {v.get('error') or ''}")
-    print(stats.gate_text(g))
-    if incomplete:
-        print(f"INCOMPLETE: work skipped after the {args.deadline:.0f}s deadline")
-        rc = rc or 3
-    print(f"\nwrote {out_dir}/{wrote} in {doc['wall_s']:.0f}s (exit {rc})\n")
+    print(stats.gate_text(doc["gate"]))
+
+
+def _print_tables(doc: dict) -> None:
+    rows = doc["rows"]
     if any(stats.kind(r) == "block" for r in rows):
         print(stats.summary_table(stats.summarize(rows)))
     if doc["host_time"]:
@@ -717,6 +739,67 @@ def main(argv=None) -> int:
         print("\n" + stats.model_table(rows))
     if any(stats.kind(r) == "train_block" for r in rows):
         print("\n" + stats.train_table(rows))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    print(estimate_text(args), flush=True)
+    if args.estimate:
+        return 0
+    device = _device(args)
+    if device is None:
+        return 2
+    import torch._functorch.config
+    import torch._inductor.config
+
+    import inductor_gqa  # noqa: F401  (registers the op and, when present, the backend)
+    from perf import first_call
+
+    # compile afresh in this process, so that counters["inductor_gqa"] sees every compilation
+    # (a cache hit skips the pass); the first-call suite measures the caches in subprocesses
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
+    if args.smoke and device == "cpu":
+        first_call.smoke_config()
+
+    env = collect_env(device)
+    default_out = (os.path.join(REPO, "out", "smoke") if args.smoke
+                   else os.path.join(REPO, "perf", "results", slug(env["gpu"])))
+    out_dir = args.out or os.environ.get("OUT") or default_out
+    os.makedirs(out_dir, exist_ok=True)
+    json_path = os.path.join(out_dir, "results.json")
+    baseline = None
+    if args.baseline:
+        with open(args.baseline) as f:
+            baseline = json.load(f)
+    floor = args.noise_floor
+    if floor is None:
+        floor = (baseline or {}).get("settings", {}).get("noise_floor",
+                                                         stats.DEFAULT_NOISE_FLOOR)
+    doc = {"schema": stats.SCHEMA, "env": env, "settings": _settings(args, floor, device == "cuda"),
+           "expected": expected_rows(args), "rows": [], "variants": []}
+    log(f"{env['gpu']} torch {env['torch']} triton {env['triton']} transformers "
+        f"{env['transformers']} commit {env['git_commit']} -> {out_dir}")
+
+    def save():
+        write_json(json_path, doc)
+
+    _run_suites(args, doc, device, save)
+    stats.add_ratios(doc["rows"])
+    doc["wall_s"] = time.time() - T0
+    doc["gate"] = _gate(args, doc, baseline, floor)
+    host_case = (("W075", "high") + SMOKE_CASES["W075"][0]) if args.smoke else stats.HOST_CASE
+    doc["host_time"] = stats.host_time(doc["rows"], host_case)
+    # the kernel configs are chosen while compiling, from the GPU's measured table: name it
+    doc["config_table"] = _config_table()
+    wrote = _write_outputs(doc, out_dir, save)
+    _print_report(doc)
+    # 3: cut by the deadline (the gate fails it too); 1: the gate failed
+    rc = 3 if doc["deadline_cut"] else (0 if doc["gate"]["ok"] else 1)
+    if doc["deadline_cut"]:
+        print(f"INCOMPLETE: work skipped after the {args.deadline:.0f}s deadline")
+    print(f"\nwrote {out_dir}/{wrote} in {doc['wall_s']:.0f}s (exit {rc})\n")
+    _print_tables(doc)
     return rc
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 SCHEMA = "inductor_gqa.perf/2"
 # schema 1: block rows only, no kind field, impl "stock" = stock torch.compile with the job's
@@ -282,172 +282,6 @@ def host_time(rows: list[dict], case: tuple = HOST_CASE) -> Optional[dict]:
             "met": r["block_host_us"] <= HOST_TARGET_US}
 
 
-# ------------------------------------------------------------------------------------------- gate
-def check_failures(result: dict, only=None, exclude=None) -> list[str]:
-    """Rows whose correctness check failed (only: those impls; exclude: all but those impls)."""
-    out = []
-    by = {row_key(r): r for r in result.get("rows", [])}
-    for r in result.get("rows", []):
-        if only is not None and r["impl"] not in only:
-            continue
-        if exclude is not None and r["impl"] in exclude:
-            continue
-        c = r.get("check")
-        if c and not c.get("passed"):
-            # the stock rows' checks of the same case, for context (a rule stock misses too)
-            ctx = [f"{IMPL_LABELS[s]} {check_cell(p)}" for s in STOCKS if s != r["impl"]
-                   for p in [peer(by, r, s)] if p and p.get("check")]
-            out.append(f"{row_key(r)}: correctness check failed "
-                       f"(min pass fraction {c.get('min_frac', 0.0):.4f} < 0.99"
-                       + (f"; {', '.join(ctx)}" if ctx else "") + ")")
-    return out
-
-
-def within_run(current: dict, impls: Optional[Iterable[str]] = OURS,
-               plain_tol: float = DEFAULT_PLAIN_TOL, noise_k: float = DEFAULT_NOISE_K,
-               gpu_tol: float = DEFAULT_NOISE_FLOOR) -> dict:
-    """The rules that need no baseline. For gated implementations (ours by default):
-
-    - a correctness check failed (other implementations' failed checks are warnings);
-    - a row errored;
-    - block rows: a plain call slower than the faster stock row's plain call of the same case by
-      more than plain_tol;
-    - model rows: a layer not fused (fused_layers < layers); a plain call slower than stock's by
-      more than plain_tol; GPU time slower than stock's by more than max(gpu_tol, k * spread).
-    """
-    impls = set(impls) if impls else None
-    rows = current.get("rows", [])
-    by = {row_key(r): r for r in rows}
-    failures = check_failures(current, only=impls)
-    warnings = check_failures(current, exclude=impls) if impls else []
-    plain_slower = []
-    for r in rows:
-        if impls and r["impl"] not in impls:
-            continue
-        key, k = row_key(r), kind(r)
-        if r.get("status") == "error":
-            failures.append(f"{key}: error ({(r.get('error') or '')[:200]})")
-            continue
-        if k not in ("block", "model") or r.get("status") != "ok":
-            continue
-        best = best_stock_plain(by, r)
-        if best and r.get("plain_us") and r["plain_us"] > best[1] * (1 + plain_tol):
-            plain_slower.append(key)
-            failures.append(f"{key}: plain call {r['plain_us']:.1f} us, slower than stock's "
-                            f"{best[1]:.1f} us ({IMPL_LABELS[best[0]]}; "
-                            f"+{(r['plain_us'] / best[1] - 1) * 100:.1f}%, allowed "
-                            f"{plain_tol * 100:.0f}%)")
-        if k != "model":
-            continue
-        if r.get("layers") is not None and (r.get("fused_layers") or 0) < r["layers"]:
-            why = ", ".join(f"{n} x{c}" for n, c in sorted((r.get("rejected") or {}).items()))
-            failures.append(f"{key}: {r.get('fused_layers') or 0} of {r['layers']} layers fused"
-                            + (f" ({why})" if why else ""))
-        st = peer(by, r, "stock_static") or peer(by, r, "stock_dynamic")
-        if st and st.get("gpu_us") and r.get("gpu_us"):
-            thr = threshold(st.get("spread"), r.get("spread"), gpu_tol, noise_k)
-            if r["gpu_us"] > st["gpu_us"] * (1 + thr):
-                failures.append(f"{key}: GPU time {r['gpu_us']:.1f} us, slower than stock's "
-                                f"{st['gpu_us']:.1f} us (+{(r['gpu_us'] / st['gpu_us'] - 1) * 100:.1f}%, "
-                                f"allowed {thr * 100:.1f}%)")
-    return {"failures": failures, "warnings": warnings, "plain_slower": plain_slower}
-
-
-def gate(current: dict, baseline: Optional[dict] = None, floor=None,
-         k: float = DEFAULT_NOISE_K, impls: Optional[Iterable[str]] = OURS,
-         scope: Optional[Callable[[dict], bool]] = None,
-         plain_tol: float = DEFAULT_PLAIN_TOL,
-         first_call_tol: float = DEFAULT_FIRST_CALL_TOL,
-         first_call_slack_s: float = DEFAULT_FIRST_CALL_SLACK_S) -> dict:
-    """The within-run rules (within_run) and, with a baseline, the comparison with it.
-
-    Against a baseline, a failure is: a gated baseline row that is missing, errored or
-    unavailable now; a block or model row whose GPU time grew by more than threshold(); a row that
-    ran the fused op in the baseline and does not now; a first call that grew by more than
-    first_call_tol plus first_call_slack_s; a run on another GPU model than the baseline's (its
-    times say nothing about a regression: a machine pool may hand out an H100 for an H200).
-    ``scope(baseline_row)``: whether the run was asked for that row (a run of some workloads or
-    cases); rows outside it are counted in "outside", not required. A schema-1 baseline is
-    compared on its block rows' GPU times only, for the (workload, precision, impl, form) this
-    run has; the gate says so.
-    """
-    impls = set(impls) if impls else None
-    w = within_run(current, impls, plain_tol, k)
-    failures, warnings = list(w["failures"]), list(w["warnings"])
-    regressions, improvements, notes = [], [], []
-    compared = outside = 0
-    base_schema = None
-    if baseline is not None:
-        base_schema = baseline.get("schema")
-        if floor is None:
-            floor = baseline.get("settings", {}).get("noise_floor", DEFAULT_NOISE_FLOOR)
-        old = base_schema in OLD_SCHEMAS
-        if old:
-            baseline = upgrade(baseline)
-            present = {(r.get("workload"), r.get("precision"), r["impl"], r.get("form"))
-                       for r in current.get("rows", []) if kind(r) == "block"}
-            notes.append(f"the baseline is in the old format ({base_schema}): only its block "
-                         "rows' GPU times are compared (it has no plain-call, first-call or model "
-                         "rows); promote a run of this job to make a new one")
-        elif base_schema != SCHEMA:
-            failures.append(f"the baseline's schema is {base_schema!r}, not {SCHEMA!r}: "
-                            "not compared")
-            baseline = {"rows": []}
-        env, base_env = current.get("env", {}), baseline.get("env", {})
-        if env.get("gpu") and base_env.get("gpu") and env["gpu"] != base_env["gpu"]:
-            failures.append(f"this run's GPU ({env['gpu']}) is not the baseline's "
-                            f"({base_env['gpu']}): its times cannot be compared with it")
-        for lib in ("torch", "triton"):     # the same code may compile differently: say so
-            if env.get(lib) and base_env.get(lib) and env[lib] != base_env[lib]:
-                warnings.append(f"{lib} {env[lib]} here, {base_env[lib]} in the baseline")
-        cur = index_rows(current)
-        for key, b in index_rows(baseline).items():
-            kd = kind(b)
-            metric = METRICS.get(kd)
-            if metric is None or b.get("status") != "ok" or not b.get(metric):
-                continue
-            if impls and b["impl"] not in impls:
-                continue
-            if (scope is not None and not scope(b)) or (
-                    old and (b.get("workload"), b.get("precision"), b["impl"], b.get("form"))
-                    not in present):
-                outside += 1
-                continue
-            r = cur.get(key)
-            if r is None:
-                failures.append(f"{key}: in the baseline but not in this run")
-                continue
-            if r.get("status") != "ok" or not r.get(metric):
-                failures.append(f"{key}: {r.get('status')} now ({r.get('error') or 'no time'})")
-                continue
-            compared += 1
-            ratio = r[metric] / b[metric]
-            if kd == "first_call":
-                limit = b[metric] * (1 + first_call_tol) + first_call_slack_s
-                thr = limit / b[metric] - 1
-                unit, fmt = "s", "{:.2f}"
-            else:
-                thr = threshold(b.get("spread"), r.get("spread"), floor_for(floor, b), k)
-                unit, fmt = "us", "{:.1f}"
-            entry = {"key": key, "base": b[metric], "cur": r[metric], "ratio": ratio,
-                     "threshold": thr, "unit": unit}
-            if ratio > 1.0 + thr:
-                regressions.append(entry)
-                failures.append(f"{key}: {fmt.format(b[metric])} -> {fmt.format(r[metric])} "
-                                f"{unit} (+{(ratio - 1) * 100:.1f}%, threshold "
-                                f"{thr * 100:.1f}%)")
-            elif ratio < 1.0 / (1.0 + thr):
-                improvements.append(entry)
-            if b.get("fused") and not r.get("fused"):
-                failures.append(f"{key}: ran the fused op in the baseline, does not now")
-    return {"ok": not failures, "failures": failures, "warnings": warnings, "notes": notes,
-            "regressions": regressions, "improvements": improvements, "compared": compared,
-            "outside": outside, "noise_floor": floor if floor is not None else DEFAULT_NOISE_FLOOR,
-            "noise_k": k, "impls": sorted(impls) if impls else "all", "plain_tol": plain_tol,
-            "plain_slower": w["plain_slower"], "baseline": baseline is not None,
-            "baseline_schema": base_schema}
-
-
 # ----------------------------------------------------------------------------------------- format
 def _f(x, fmt="{:.1f}", none="-"):
     return none if x is None else fmt.format(x)
@@ -572,18 +406,31 @@ def train_table(rows: list[dict]) -> str:
     return md_table(header, body)
 
 
+GATE_TEXT_FAILURES = 60     # failures printed in full; the JSON keeps all of them
+
+
 def gate_text(g: dict) -> str:
+    """The gate's verdict (perf/gate.py) as printed lines."""
     fl = g["noise_floor"]
     fl = (", ".join(f"{w} {v * 100:.1f}%" for w, v in sorted(fl.items())) if isinstance(fl, dict)
           else f"{fl * 100:.1f}%")
     base = (f"{g['compared']} baseline rows compared, floor {fl}, k {g['noise_k']}"
-            if g.get("baseline") else "no baseline: within-run rules only")
-    lines = [f"gate: {'PASS' if g['ok'] else 'FAIL'} ({base}; implementations {g['impls']}, "
-             f"plain calls within {g.get('plain_tol', DEFAULT_PLAIN_TOL) * 100:.0f}% of stock's)"]
+            if g.get("baseline") else "no baseline")
+    targets = ("targets applied" if g.get("targets_applied", True)
+               else "targets not applied")
+    lines = [f"gate: {'PASS' if g['ok'] else 'FAIL'} ({base}; {targets}; implementations "
+             f"{g['impls']}, plain calls within {g.get('plain_tol', DEFAULT_PLAIN_TOL) * 100:.0f}%"
+             f" of stock's)"]
     lines += [f"  note: {n}" for n in g.get("notes", [])]
+    limits = g.get("thresholds", {})
+    lines += [f"  {name}: {x:.2f}x stock (at least {limits.get(name.split('/')[0], 0):.2f}x)"
+              for name, x in sorted(g.get("figures", {}).items())]
     if g.get("outside"):
         lines.append(f"  {g['outside']} baseline rows outside this run's selection, not compared")
-    lines += [f"  FAIL {f}" for f in g["failures"]]
+    fails = g["failures"]
+    lines += [f"  FAIL {f}" for f in fails[:GATE_TEXT_FAILURES]]
+    if len(fails) > GATE_TEXT_FAILURES:
+        lines.append(f"  ... {len(fails) - GATE_TEXT_FAILURES} more failures (results.json)")
     lines += [f"  warning (not gated) {w}" for w in g.get("warnings", [])]
     for e in g["improvements"]:
         unit = e.get("unit", "us")
@@ -671,4 +518,7 @@ def validate(result: dict) -> list[str]:
             for f in REQUIRED_OK[k]:
                 if not isinstance(r.get(f), (int, float)):
                     errs.append(f"rows[{i}].{f} not a number")
+    for i, e in enumerate(result.get("expected") or []):
+        if kind(e) not in KINDS or any(f not in e for f in KINDS[kind(e)]):
+            errs.append(f"expected[{i}] is not a row key")
     return errs

@@ -34,6 +34,7 @@ from typing import Callable
 import torch
 
 from . import bench, stats
+from .rows import fusion_counts, open_row, token_ids
 
 TRAIN_IMPLS = ("eager", "stock_static", "backend")
 GRAD_OPTIONS = {"fuse_with_grad": True}
@@ -245,7 +246,6 @@ def run_model_shape(args, model, base, extra, b, s, impls, rows, variants, devic
     ``model`` (B, S) differentiated against every parameter."""
     from torch._dynamo.utils import counters
 
-    from .models import _ids, fusion_counts, open_row
     vocab = model.config.vocab_size
     seed0 = args.seed * 100003 + 7919 * s + b + 17
     params = [p for p in model.parameters()]
@@ -254,8 +254,8 @@ def run_model_shape(args, model, base, extra, b, s, impls, rows, variants, devic
         p.requires_grad_(True)
     was_training = model.training
     model.train()
-    ids = _ids(vocab, b, s, device, seed0)
-    checks = [_ids(vocab, b, s, device, seed0 + 1000 * (r + 1))
+    ids = token_ids(vocab, b, s, device, seed0)
+    checks = [token_ids(vocab, b, s, device, seed0 + 1000 * (r + 1))
               for r in range(args.check_rounds)]
 
     def make_step(target, x, wrt=None):

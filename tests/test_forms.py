@@ -92,7 +92,7 @@ def test_workloads_as_the_benchmark_writes_them(workload, variant, causal):
 def test_w092_norm_is_promoted_not_cast():
     """The benchmark's W092 norm multiplies a bfloat16 weight into the float32 value: the fused
     op must read it as fp32_weight (multiply in float32, then round), not cast_weight."""
-    from inductor_gqa.find.explain import explain
+    from inductor_gqa.explain import explain
 
     fn = wl.workload_fn(wl.W092, **SMALL)
     inputs = wl.make_inputs(wl.W092, 5, 2, hidden=128, seed=2, **SMALL)

@@ -246,7 +246,7 @@ def test_automatic_dynamic_after_second_shape():
 # ----------------------------------------------------------------------------- masks, never guessed
 def _specs_of(fn, inputs, **compile_kw):
     from inductor_gqa.find import report
-    from inductor_gqa.find.explain import light_backend
+    from inductor_gqa.explain import light_backend
 
     report.history.clear()
     compiled = torch.compile(fn, backend=light_backend(), **compile_kw)

@@ -14,7 +14,7 @@ from torch._dynamo.utils import counters
 
 import hf_models
 from hf_models import FAMILIES, attention_paths, build, call_kwargs, inputs
-from inductor_gqa.find.explain import explain
+from inductor_gqa.explain import explain
 from tolerance import judge, judge_bf16
 
 IMPLS = ("sdpa", "eager")
@@ -184,7 +184,7 @@ def test_model_returning_its_cache(family, dynamic):
 
 def hf_models_light():
     from inductor_gqa.find import report
-    from inductor_gqa.find.explain import light_backend
+    from inductor_gqa.explain import light_backend
     report.history.clear()
     return light_backend()
 

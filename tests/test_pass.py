@@ -40,7 +40,7 @@ def _rewritten(workload, options=None):
 def test_w075_graph_holds_one_fused_call():
     assert_expected_inline(_rewritten(wl.W075), """\
 attention_block(x=arg0_1, wq=arg1_1, wk=arg2_1, wv=arg3_1, inv_freq=arg4_1, position_ids=arg5_1, wo=arg6_1)
-    num_heads=4, num_kv_heads=2, head_dim=32, norm='none', eps=1e-06, norm_scope='head', rope='half', rotary_dim=32, rope_fp32=False, core='explicit', scale=1.0, scale_op='mul', causal=False, window=0, softcap=0.0, mask='none', mask_fill=-inf, return_probs=True
+    num_heads=4, num_kv_heads=2, head_dim=32, norm='none', eps=1e-06, norm_scope='head', rope='half', rotary_dim=32, rope_fp32=False, core='explicit', scale=1.0, scale_op='mul', causal=False, window=0, softcap=0.0, mask='none', mask_fill=-inf, return_probs=True, cache='none'
 other ops: getitem x2""")
 
 
@@ -48,14 +48,14 @@ def test_w075_keeps_the_models_cos_sin_table_when_asked():
     assert_expected_inline(_rewritten(wl.W075, inductor_gqa.Options(rope_from_positions=False)),
                            """\
 attention_block(x=arg0_1, wq=arg1_1, wk=arg2_1, wv=arg3_1, cos=cos, sin=sin, wo=arg6_1)
-    num_heads=4, num_kv_heads=2, head_dim=32, norm='none', eps=1e-06, norm_scope='head', rope='half', rotary_dim=32, rope_fp32=False, core='explicit', scale=1.0, scale_op='mul', causal=False, window=0, softcap=0.0, mask='none', mask_fill=-inf, return_probs=True
+    num_heads=4, num_kv_heads=2, head_dim=32, norm='none', eps=1e-06, norm_scope='head', rope='half', rotary_dim=32, rope_fp32=False, core='explicit', scale=1.0, scale_op='mul', causal=False, window=0, softcap=0.0, mask='none', mask_fill=-inf, return_probs=True, cache='none'
 other ops: clone.default x1, convert_element_type.default x1, cos.default x1, expand.default x2, getitem x2, mul.Tensor x1, permute.default x1, sin.default x1, unsqueeze.default x4, view.default x1""")
 
 
 def test_w092_graph_holds_one_fused_call():
     assert_expected_inline(_rewritten(wl.W092), """\
 attention_block(x=arg0_1, wq=arg1_1, wk=arg3_1, wv=arg5_1, bq=arg2_1, bk=arg4_1, bv=arg6_1, q_norm_weight=arg7_1, k_norm_weight=arg8_1, cos=arg9_1, sin=arg10_1, wo=arg11_1)
-    num_heads=4, num_kv_heads=2, head_dim=32, norm='fp32_weight', eps=1e-05, norm_scope='head', rope='half', rotary_dim=32, rope_fp32=False, core='explicit', scale=0.1767766952966369, scale_op='mul', causal=True, window=0, softcap=0.0, mask='none', mask_fill=-inf, return_probs=False
+    num_heads=4, num_kv_heads=2, head_dim=32, norm='fp32_weight', eps=1e-05, norm_scope='head', rope='half', rotary_dim=32, rope_fp32=False, core='explicit', scale=0.1767766952966369, scale_op='mul', causal=True, window=0, softcap=0.0, mask='none', mask_fill=-inf, return_probs=False, cache='none'
 other ops: getitem x1""")
 
 

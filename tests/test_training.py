@@ -16,7 +16,7 @@ import hf_models
 from hf_models import FAMILIES, attention_paths, build, call_kwargs, inputs
 from tolerance import judge, rel_err, worst_rel_err
 from inductor_gqa import Options, workloads as wl
-from inductor_gqa.find.explain import light_backend
+from inductor_gqa.explain import light_backend
 
 GRAD = Options()     # fuse_with_grad is the default
 

@@ -14,6 +14,7 @@ import torch
 from torch.fx import Node
 
 from inductor_gqa.patterns.attention_core import Core, match_core
+from inductor_gqa.patterns.kv_cache import Cache, match_cache
 from inductor_gqa.patterns.projection import (OutputEnd, Projection, match_output,
                                                match_projection, projection_of)
 from inductor_gqa.patterns.repeat_kv import strip_repeat_kv
@@ -22,8 +23,8 @@ from inductor_gqa.patterns.rope import cos_sin_operand, freq_source, match_rope
 
 from ..options import Options
 from ..plan.spec import BlockSpec
-from .graph import (VIEWS, Reject, arg, concrete_int, dtype, is_op, is_permute, same, shape,
-                    through_clones)
+from ..patterns.graph import (VIEWS, Reject, arg, concrete_int, dtype, is_op, is_permute,
+                              same, shape, through_clones)
 
 aten = torch.ops.aten
 
@@ -35,6 +36,7 @@ class BlockMatch:
     end: OutputEnd
     core: Core
     heads_shape: tuple                 # (B, H, S, D) of the attention output
+    cache: Optional[tuple] = None      # (Cache of k, Cache of v) with a K/V cache
 
 
 def _strip_norm_and_transpose(n: Node, what: str) -> tuple[Node, Optional[Norm]]:
@@ -83,6 +85,9 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
     k4, v4 = through_clones(k4), through_clones(v4)
     if rep_k != rep_v:
         raise Reject("repeat_kv not recognized", "k and v repeated differently")
+    cache = _cache(k4, v4, core)
+    if cache is not None:
+        k4, v4 = through_clones(cache[0].new), through_clones(cache[1].new)
     b, h, s, d = shape(core.q)
     hkv = shape(k4)[1]
     if not same(shape(v4)[1], hkv):
@@ -148,7 +153,8 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
         core=core.kind, scale=float(core.scale), scale_op=core.scale_op, causal=core.causal,
         window=int(core.window), softcap=float(core.softcap),
         mask=core.mask, mask_fill=float(core.mask_fill),
-        return_probs=core.probs is not None and _probs_escape(core))
+        return_probs=core.probs is not None and _probs_escape(core),
+        cache=cache[0].kind if cache else "none")
     cos = cos_sin_operand(rope_q.cos) if rope_q else None
     sin = cos_sin_operand(rope_q.sin) if rope_q else None
     inv_freq = position_ids = None
@@ -168,8 +174,30 @@ def assemble(anchor: Node, options: Options) -> BlockMatch:
         attn_mask=core.mask_node, wo=end.wo, bo=end.bo, runtime_scale=core.scale_node,
         runtime_eps=norm_q.eps_node if norm_q else None,
         runtime_k_eps=(norm_k.eps_node if norm_k and norm_k.eps_node is not norm_q.eps_node
-                       else None))
-    return BlockMatch(spec, tensors, end, core, (b, h, s, d))
+                       else None),
+        past_key=cache[0].past if cache else None, past_value=cache[1].past if cache else None,
+        cache_position=cache[0].positions if cache else None)
+    return BlockMatch(spec, tensors, end, core, (b, h, s, d), cache)
+
+
+def _cache(k: Node, v: Node, core: Core) -> Optional[tuple[Cache, Cache]]:
+    """The K/V cache the block writes k and v into (the same form, the same positions), or
+    None when it attends over its own k/v only."""
+    s = shape(core.q)[2]
+    ck, cv = match_cache(k, s), match_cache(v, s)
+    if ck is None and cv is None:
+        return None
+    if ck is None or cv is None or ck.kind != cv.kind or ck.positions is not cv.positions:
+        raise Reject("kv cache not recognized", "k and v are cached differently")
+    if core.causal or core.window:
+        # SDPA's is_causal aligns queries at the start of the keys, a structured mask is square;
+        # neither is the end-aligned causal of a query after its cache, nor a static buffer's
+        if not same(s, shape(k)[2]):
+            raise Reject("mask not recognized", "causal structure over a K/V cache longer than "
+                         "the queries")
+        if ck.kind == "index_put":
+            raise Reject("mask not recognized", "causal structure over a static K/V cache")
+    return ck, cv
 
 
 def _weight(p: Projection):

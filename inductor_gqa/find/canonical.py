@@ -24,7 +24,7 @@ from torch.fx import Graph, Node
 
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from .graph import CASTS, is_op, val
+from ..patterns.graph import CASTS, is_op, val
 
 aten, prims = torch.ops.aten, torch.ops.prims
 

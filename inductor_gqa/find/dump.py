@@ -8,18 +8,18 @@ import collections
 import torch
 from torch.fx import Graph, Node
 
-from ..op.attention_block import _TENSOR_ARGS
+from ..op.attention_block import TENSOR_ARGS
 
 
 def readable(graph: Graph) -> str:
     op = torch.ops.inductor_gqa.attention_block.default
     lines, others = [], collections.Counter()
-    n_tensors = len(_TENSOR_ARGS)
+    n_tensors = len(TENSOR_ARGS)
     for node in graph.nodes:
         if node.op != "call_function":
             continue
         if node.target is op:
-            named = [f"{k}={_name(a)}" for k, a in zip(_TENSOR_ARGS, node.args[:n_tensors])
+            named = [f"{k}={_name(a)}" for k, a in zip(TENSOR_ARGS, node.args[:n_tensors])
                      if a is not None]
             schema = [a.name for a in op._schema.arguments][n_tensors:]
             scalars = [f"{k}={v!r}" for k, v in zip(schema, node.args[n_tensors:])]

@@ -49,6 +49,11 @@ REASONS: dict[str, str] = {
     "attention output not recognized": "`probs @ v` is not viewed back to `[B, H, S, D]`",
     "sdpa output not recognized": "an SDPA variant whose output is used other than once",
     "output not recognized": "the heads are not merged into the last dim after the core",
+    "kv cache not recognized": "a K/V cache the recognizer does not take (k and v cached "
+                               "differently, cache and new keys of other shapes, values written "
+                               "at positions of another length)",
+    "kv cache with gradients": "a block that attends over a K/V cache in a graph with gradients "
+                               "(the training form attends over the new keys only)",
     "not an attention anchor": "internal: the anchor is neither a softmax nor SDPA",
     "no shape metadata": "internal: a node without shape metadata",
     "no dtype metadata": "internal: a node without dtype metadata",

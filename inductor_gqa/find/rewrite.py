@@ -8,7 +8,7 @@ import torch
 from torch._guards import detect_fake_mode
 from torch.fx import Graph, Node
 
-from ..op.attention_block import _TENSOR_ARGS
+from ..op.attention_block import TENSOR_ARGS
 from .assemble import BlockMatch
 
 aten = torch.ops.aten
@@ -46,7 +46,7 @@ def rewrite(graph: Graph, match: BlockMatch) -> Node:
     fake_mode = _fake(graph)
     with graph.inserting_before(latest.next):
         args = []
-        for name in _TENSOR_ARGS:
+        for name in TENSOR_ARGS:
             value = match.tensors[name]
             if isinstance(value, tuple):     # rows of a fused QKV weight/bias
                 value = _rows(graph, value, fake_mode)

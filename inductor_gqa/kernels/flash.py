@@ -125,12 +125,7 @@ def _scores(s, offs_m, offs_n, m0, m_last, n0, S, qscale, mask_ptr, mrow_off, sm
         mm = (offs_m[:, None] < S) & valid_n[None, :]
         mv = tl.load(mask_ptr + mrow_off[:, None] + offs_n[None, :].to(tl.int64) * sm_k, mask=mm,
                      other=0)
-        if MASK_KIND == 1:
-            s = tl.where(mv != 0, s, float("-inf"))
-        elif MASK_KIND == 2:
-            s = tl.where(mv != 0, mask_fill, s)     # already in log2 units (host side)
-        else:
-            s = s + to_log2_units(mv.to(tl.float32))
+        s = masked_scores(s, mv, mask_fill, MASK_KIND)
     if not EVEN_N:
         if (n0 + BN > S) | (n0 < 0):
             s = tl.where(valid_n[None, :], s, float("-inf"))
@@ -165,6 +160,19 @@ def to_log2_units(x):
     # or a row it masks wholly would turn from eager's uniform row into NaN
     y = tl.minimum(tl.maximum(x * 1.4426950408889634, -FLT_MAX), FLT_MAX)
     return tl.where((x == float("inf")) | (x == float("-inf")), x, y)
+
+
+@triton.jit
+def masked_scores(s, mv, mask_fill, MASK_KIND: tl.constexpr):
+    """Scores in log2 units after a tile ``mv`` of the mask tensor (MASK_KIND 1: bool keep,
+    2: bool fill with ``mask_fill``, already in log2 units, 3: additive)."""
+    if MASK_KIND == 1:
+        s = tl.where(mv != 0, s, float("-inf"))
+    elif MASK_KIND == 2:
+        s = tl.where(mv != 0, mask_fill, s)
+    else:
+        s = s + to_log2_units(mv.to(tl.float32))
+    return s
 
 
 @triton.jit

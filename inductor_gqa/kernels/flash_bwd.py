@@ -59,7 +59,7 @@ import triton
 import triton.language as tl
 
 from .flash import LOG2E, to_log2_units, log2_units
-from .launch import cdiv, launch as _launch, next_pow2, static_int
+from .launch import cdiv, interpreting, launch as _launch, next_pow2, static_int
 
 LN2 = 0.6931471805599453
 
@@ -105,7 +105,6 @@ def smem_estimate(c: BackwardConfig, head_dim: int, elem: int) -> int:
 def choose_config(head_dim: int, dtype: torch.dtype, prec: str = "tf32") -> BackwardConfig:
     """The default config for a head size, operand dtype and float32 product precision (the
     first candidate that fits)."""
-    from .launch import interpreting
     if interpreting():
         return INTERPRET_CONFIG
     elem = 4 if dtype == torch.float32 else 2

@@ -57,6 +57,7 @@ def launch(kernel, grid: Sequence, outputs: Sequence[str], *, num_warps: int = 4
     missing = [n for n in outputs if not isinstance(args.get(n), torch.Tensor)]
     if missing:
         raise ValueError(f"launch {kernel.__name__}: outputs {missing} are not tensor arguments")
+    args = _with_defaults(kernel, args)
     if _recorder is not None:
         _recorder.append(Launch(kernel, tuple(grid), dict(args), num_warps, num_stages,
                                 dict(tma or {}), tuple(outputs)))
@@ -80,6 +81,17 @@ def launch(kernel, grid: Sequence, outputs: Sequence[str], *, num_warps: int = 4
         kwargs=graphable,
         tensors_to_clone=list(outputs))
     return tuple(result[n] for n in outputs)
+
+
+def _with_defaults(kernel, args: dict) -> dict:
+    """``args`` with every parameter the launch leaves to its default filled in: Inductor's
+    write analysis compiles the kernel from the arguments it is given and, short of one, takes
+    every tensor argument as written (a graph input among them then reads as mutated)."""
+    params = getattr(kernel, "params", None)
+    if params is None:
+        return args
+    extra = {p.name: p.default for p in params if p.name not in args and p.has_default}
+    return {**args, **extra} if extra else args
 
 
 @dataclasses.dataclass
@@ -109,7 +121,7 @@ def recording():
 @contextlib.contextmanager
 def direct_launches():
     """Run kernels directly, writing their outputs in place (no higher-order op, no clones):
-    for timing a plan eagerly (``plan/tune.py``)."""
+    for timing a plan eagerly (``tune.py``)."""
     global _direct
     previous, _direct = _direct, True
     try:

@@ -18,7 +18,9 @@ from ..kernels.launch import interpreting
 from ..kernels.rope_table import TableSpec
 from ..op.attention_core import ml_of_lse
 from ..plan import configs
-from ..plan.plans import AttentionPlan, CorePlan, Fp16CopiesPlan, NativePlan, Plan
+from ..op.reference import cached_attention_mask
+from ..plan.plans import (AttentionPlan, CachedSdpaPlan, CorePlan, Fp16CopiesPlan, NativePlan,
+                          Plan)
 from ..plan.spec import BlockSpec
 
 
@@ -28,6 +30,8 @@ def emit(plan: Plan, spec: BlockSpec, t: dict):
         return _fp16_copies(plan, spec, t)
     if isinstance(plan, NativePlan):
         return _native(plan, spec, t)
+    if isinstance(plan, CachedSdpaPlan):
+        return _cached_sdpa(spec, t)
     raise TypeError(f"no emitter for {type(plan).__name__}")
 
 
@@ -229,6 +233,41 @@ def _o_proj_native(plan: NativePlan, t, o, m):
         y = linear.launch(o.view(m, hd), wo.contiguous(), bo, y, plan.prec, plan.o_gemm)
         return y.view(b, s, -1)
     return F.linear(o, wo, bo)
+
+
+# ---------------------------------------------------------------------- cached (decode) plan
+def _cached_sdpa(spec: BlockSpec, t: dict):
+    """A block over a DynamicCache: library GEMMs, our norm/RoPE on q and k, the cache joined,
+    the library's attention with an explicit mask."""
+    x = t["x"]
+    b, s, e = x.shape
+    h, hk, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    x2d = x.reshape(b * s, e)
+    q = F.linear(x2d, t["wq"], t["bq"]).contiguous()
+    k = F.linear(x2d, t["wk"], t["bk"]).contiguous()
+    v = F.linear(x2d, t["wv"], t["bv"])
+    if spec.norm != "none" or spec.rope != "none":
+        cos, sin = _tables(spec, t, b, s)
+        q, k = qk_epilogue.norm_rope(
+            q, k, q_norm_weight=t["q_norm_weight"], k_norm_weight=t["k_norm_weight"], cos=cos,
+            sin=sin, seq=s, num_heads=h, num_kv_heads=hk, head_dim=d, norm=spec.norm,
+            eps=spec.eps, eps_k=spec.eps, rope=spec.rope, rotary_dim=spec.rotary_dim,
+            runtime=None)
+    keys = torch.cat((t["past_key"], _heads(k, b, s, hk, d)), dim=2)
+    values = torch.cat((t["past_value"], _heads(v, b, s, hk, d)), dim=2)
+    mask = cached_attention_mask(spec, t["attn_mask"], s, keys.shape[2], x.device)
+    gqa = spec.groups > 1
+    if gqa and mask is not None:
+        # with a mask the library's GQA path is its math kernel: its fused kernels take the
+        # heads repeated, as stock transformers passes them
+        keys, values = keys.repeat_interleave(spec.groups, 1), values.repeat_interleave(
+            spec.groups, 1)
+        gqa = False
+    o = F.scaled_dot_product_attention(_heads(q, b, s, h, d), keys, values, attn_mask=mask,
+                                       scale=spec.scale, enable_gqa=gqa)
+    o = o.transpose(1, 2).reshape(b, s, h * d)
+    out = F.linear(o, t["wo"], t["bo"]) if t["wo"] is not None else o
+    return out, _no_probs(x)
 
 
 # -------------------------------------------------------------------------- fp16 copies plan

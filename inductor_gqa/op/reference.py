@@ -83,7 +83,7 @@ def attention_core(q, k, v, attn_mask, spec: BlockSpec, runtime_scale=None):
     structure = spec.causal or spec.window > 0
     if spec.core == "sdpa":
         mask = attn_mask
-        if spec.causal and not spec.window and mask is None:
+        if spec.causal and not spec.window and mask is None and q.shape[-2] == k.shape[-2]:
             return F.scaled_dot_product_attention(
                 q, k, v, is_causal=True, scale=spec.scale), None
         if structure:
@@ -112,6 +112,19 @@ def attention_core(q, k, v, attn_mask, spec: BlockSpec, runtime_scale=None):
         s = s + attn_mask
     p = F.softmax(s, dim=-1, dtype=torch.float32).to(v.dtype)
     return torch.matmul(p, v), p
+
+
+def cached_attention_mask(spec: BlockSpec, attn_mask, sq: int, sk: int, device):
+    """The sdpa core's mask as one tensor (or None): causal/window folded into the mask tensor,
+    exactly as ``attention_core`` folds them (queries aligned at the end of the keys)."""
+    if not (spec.causal or spec.window):
+        return attn_mask
+    keep = _structure_keep(sq, sk, spec, device)
+    if attn_mask is None:
+        return keep
+    if attn_mask.dtype == torch.bool:
+        return attn_mask & keep
+    return attn_mask.masked_fill(~keep, float("-inf"))
 
 
 def _structure_keep(sq: int, sk: int, spec: BlockSpec, device) -> torch.Tensor:
@@ -154,11 +167,42 @@ def project_qkv(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, si
     return q, k, v
 
 
+def with_cache(new: torch.Tensor, past: torch.Tensor, cache_position, spec: BlockSpec,
+               write: bool = False):
+    """The keys (or values) the block attends over: its ``new`` ones [B, Hkv, S, D] joined to the
+    cache ``past`` as the model joins them (``spec.cache``). ``write``: a static cache's buffer
+    is written in place (else a copy is)."""
+    if spec.cache == "none":
+        return new
+    if spec.cache == "concat":
+        return torch.cat((past, new), dim=2)
+    if spec.cache in ("index_put", "index_put_prefix"):
+        check_cache_positions(cache_position, past.shape[2])
+        if write:
+            keys = torch.ops.aten.index_put_(past, [None, None, cache_position], new)
+        else:
+            keys = torch.ops.aten.index_put(past, [None, None, cache_position], new)
+        return keys[:, :, :new.shape[2]] if spec.cache == "index_put_prefix" else keys
+    raise AssertionError(spec.cache)
+
+
+def check_cache_positions(cache_position: torch.Tensor, length: int) -> None:
+    """A clear error for a position outside the cache (never a write out of bounds)."""
+    if cache_position.numel() and not bool(
+            ((cache_position >= -length) & (cache_position < length)).all()):
+        raise IndexError(f"inductor_gqa: cache_position {cache_position.tolist()} outside the "
+                         f"K/V cache of {length} positions")
+
+
 def attention_block_reference(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin,
                               inv_freq, position_ids, attn_mask, wo, bo, spec: BlockSpec,
-                              runtime_scale=None, runtime_eps=None, runtime_k_eps=None):
+                              runtime_scale=None, runtime_eps=None, runtime_k_eps=None,
+                              past_key=None, past_value=None, cache_position=None,
+                              write_cache=False):
     q, k, v = project_qkv(x, wq, wk, wv, bq, bk, bv, q_norm_weight, k_norm_weight, cos, sin,
                           inv_freq, position_ids, spec, runtime_eps, runtime_k_eps)
+    k = with_cache(k, past_key, cache_position, spec, write_cache)
+    v = with_cache(v, past_value, cache_position, spec, write_cache)
     o, probs = attention_core(q, k, v, attn_mask, spec, runtime_scale)
     b, _, s, _ = q.shape
     o = o.transpose(1, 2).contiguous().view(b, s, spec.num_heads * spec.head_dim)

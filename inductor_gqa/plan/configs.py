@@ -2,7 +2,7 @@
 
 Each kernel family has a typed config and a list of candidates. ``choose_*`` picks one from a
 problem's static facts: the measured table for this GPU (``tables/<gpu>.json``, written by
-``python -m inductor_gqa.plan.tune``) where it has an entry for the shape bucket, else the
+``python -m inductor_gqa.tune``) where it has an entry for the shape bucket, else the
 family's default (the candidate that measured best most often on the H200). Nothing here runs
 on the per-call path: the choice is baked into the code Inductor generates.
 
@@ -20,6 +20,7 @@ import pathlib
 from typing import Optional
 
 from ..kernels.launch import interpreting, next_pow2
+from ..kernels.proj_rope import config_fits
 
 TABLES_DIR = pathlib.Path(__file__).parent / "tables"
 
@@ -200,7 +201,6 @@ def projection_key(rows_hint, parts, head_dim) -> tuple:
 
 
 def projection_candidates(parts, head_dim, rows_static, tma=True) -> list:
-    from ..kernels.proj_rope import config_fits
     if interpreting():
         return [P(32, head_dim, 32, 4, 1, tma=tma)]
     return [dataclasses.replace(c, tma=tma) for c in PROJECTION if config_fits(c, parts, head_dim)
@@ -242,7 +242,7 @@ def choose_gemm(tables, which, rows_hint, n, k) -> Optional[GemmConfig]:
         return _INTERP_GEMM
     found = lookup(tables, "gemm_tf32x3", gemm_key(which, rows_hint, n, k), GemmConfig, None)
     if found is None:
-        # H200 (plan/tune.py): ours beat the library's IEEE GEMM at every W075 size, 64x64x64
+        # H200 (tune.py): ours beat the library's IEEE GEMM at every W075 size, 64x64x64
         # tiles up to ~2k rows, 128-row tiles beyond
         if rows_hint <= 2048:
             return G(64, 64, 64, 8, 4, 3)

@@ -12,6 +12,9 @@ Two plans cover every block the GPU path takes:
   launch, attention and o_proj on fp16 copies, each copy range-checked into one flag, and the
   float32 fallback launches guarded by it (they exit at once unless a value left fp16's range).
 
+A block over a DynamicCache (``cache="concat"``) takes ``CachedSdpaPlan``: the library's GEMMs
+and attention around our norm/RoPE kernel. Static caches have no plan yet.
+
 ``choose(spec, problem, options)`` returns the plan, or raises ``Unsupported`` with the reason,
 in which case the pass leaves the block to stock Inductor. A plan lists what it supports; a
 BlockSpec field it does not know is unsupported by default (``_KNOWN_FIELDS``).
@@ -178,7 +181,18 @@ class Fp16CopiesPlan:
     name = "fp16_copies"
 
 
-Plan = Union[NativePlan, Fp16CopiesPlan]
+@dataclasses.dataclass(frozen=True)
+class CachedSdpaPlan:
+    """A block over a DynamicCache (``cache="concat"``, a decode step): the projections as the
+    library's GEMMs, our norm/RoPE epilogue on q and k, the new k/v joined to the cache, then the
+    library's ``F.scaled_dot_product_attention`` over all of it with an explicit mask (causal
+    aligned at the end, the block's mask tensor; grouped heads as they are without a mask,
+    repeated as stock passes them with one), o_proj. A first plan: the split-KV decode kernel
+    replaces its attention."""
+    name = "cached_sdpa"
+
+
+Plan = Union[NativePlan, Fp16CopiesPlan, CachedSdpaPlan]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +207,10 @@ class CorePlan:
 
 
 def _check_common(spec: BlockSpec, p: Problem, options) -> None:
+    if spec.cache != "none":
+        # the kernels attend over the block's own k/v: a query shorter than its keys, keys from
+        # a cache, the end-aligned causal and the cache's masks are not theirs yet
+        raise Unsupported(f"no kernel for a K/V cache (cache={spec.cache!r}) yet")
     for f in dataclasses.fields(spec):
         if f.name not in _KNOWN_FIELDS and getattr(spec, f.name) != f.default:
             raise Unsupported(f"no kernel for {f.name}={getattr(spec, f.name)!r} yet")
@@ -208,7 +226,10 @@ def _check_common(spec: BlockSpec, p: Problem, options) -> None:
         raise Unsupported("CPU tensors (the kernels run on CPU only in Triton's interpreter)")
 
 
-SDPA_MIN_ROWS = 131072      # B * H * S from which the library's attention is planned
+SDPA_MIN_ROWS = 131072      # B * H * S from which the training core takes the library's forward
+# B * H * S from which inference plans the library's attention (docs/decisions.md, "Compile
+# modes": on an H100 it was as fast or faster at every size measured down to this one)
+SDPA_INFERENCE_MIN_ROWS = 49152
 
 
 def _attention_plan(spec: BlockSpec, p: Problem, operands: str, tables) -> AttentionPlan:
@@ -218,9 +239,9 @@ def _attention_plan(spec: BlockSpec, p: Problem, operands: str, tables) -> Atten
                   seq_static=p.seq_max, seq_hint=p.seq_hint, rows=rows, causal=spec.causal,
                   mask_kind=mk)
     if not spec.return_probs:
-        # the library's attention (cuDNN / FlashAttention with GQA) for 16-bit blocks at large
-        # B*H*S; ours where the grid is small (W092 on the H200: ours for small S*B*H)
-        if (operands == "b16" and spec.mask == "none" and rows >= SDPA_MIN_ROWS
+        # the library's attention (cuDNN / FlashAttention with GQA) for 16-bit blocks; ours
+        # where the grid is small
+        if (operands == "b16" and spec.mask == "none" and rows >= SDPA_INFERENCE_MIN_ROWS
                 and not p.runtime_floats
                 and not getattr(spec, "window", 0) and not getattr(spec, "softcap", 0.0)
                 and spec.head_dim in (64, 128) and not interpreting()):
@@ -250,7 +271,7 @@ def _fp16_copies(spec: BlockSpec, p: Problem, options, tables) -> Optional[Fp16C
     # pointer loads, not host-built tensor descriptors: on torch 2.11 Inductor fails on those
     # in both wrappers (C++: at launch; Python: while lowering the kernel call, "KeyError:
     # 'a_desc STRIDE PLACEHOLDER 0'", W075 131x1 on an H100 at 82fd618), while the
-    # pointer-load form passes in both (perf/results/nvidia-h100/train-1b7665a/modes.json)
+    # pointer-load form passes in both (docs/decisions.md)
     tma = False
     proj = cfgs.choose_projection(tables, p.rows_hint, parts, spec.head_dim, p.rows_static,
                                   tma)
@@ -268,6 +289,8 @@ def choose(spec: BlockSpec, p: Problem, options, tables=None) -> Plan:
     """The plan for this block, or ``Unsupported``. ``tables``: the config tables to consult,
     first hit wins (default: the GPU's committed table, unless ``options.tuned_tables`` is off;
     ``tune.plan_block`` adds the block's own compile-time measurements in front)."""
+    if spec.cache != "none":
+        return _cached_plan(spec, p, options)
     _check_common(spec, p, options)
     if tables is None:
         tables = (cfgs.committed_table(p.gpu),) if options.tuned_tables else ()
@@ -304,6 +327,22 @@ def core_problem(q, attn_mask) -> Problem:
                    mask_rank_ok=attn_mask is None or attn_mask.dim() <= 4)
 
 
+def _cached_plan(spec: BlockSpec, p: Problem, options) -> CachedSdpaPlan:
+    """The plan of a block with a K/V cache, or ``Unsupported``."""
+    if spec.cache != "concat":
+        # a static cache's buffers are written by the block itself (find/cache_write.py)
+        raise Unsupported(f"no kernel for a K/V cache (cache={spec.cache!r}) yet")
+    _check_common(dataclasses.replace(spec, cache="none"), p, options)
+    if spec.core != "sdpa":
+        raise Unsupported("a K/V cache with the explicit core (the library's SDPA would not "
+                          "give its fully masked rows)")
+    if p.runtime_floats:
+        raise Unsupported("a K/V cache with runtime scale or eps")
+    if spec.norm_scope != "head" or spec.rope_fp32:
+        raise Unsupported("a K/V cache with norm_scope='proj' or rope_fp32")
+    return CachedSdpaPlan()
+
+
 def choose_core(spec: BlockSpec, p: Problem, options, runtime_scale: bool = False,
                 tables=None) -> CorePlan:
     """The kernels of a differentiable core (``spec``: its core fields; ``p``:
@@ -328,8 +367,8 @@ def choose_core(spec: BlockSpec, p: Problem, options, runtime_scale: bool = Fals
     elif (rows >= SDPA_MIN_ROWS and p.capability >= (8, 0)
           and library_attention(spec, p.dtype, p.device, p.seq, options)):
         # the library's forward (its log-sum-exp turned into our statistics), our backward:
-        # where inference plans the library's attention, ours is slower forward (H100, W092
-        # 128x16: 99 us against cuDNN's 41), and our backward needs no scratch. Its
+        # at a large grid ours is slower forward (H100, W092 128x16: 99 us against cuDNN's
+        # 41), and our backward needs no scratch. Its
         # FlashAttention-2 runs from sm_80 on.
         attention = AttentionPlan("sdpa")
     else:

@@ -16,6 +16,7 @@ CORES = ("sdpa", "explicit")
 SCALE_OPS = ("mul", "div")
 MASKS = ("none", "bool_keep", "bool_fill", "additive")
 NORM_SCOPES = ("head", "proj")
+CACHES = ("none", "concat", "index_put", "index_put_prefix")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +67,17 @@ class BlockSpec:
     mask: str = "none"
     mask_fill: float = float("-inf")
     return_probs: bool = False
+    # The K/V cache the block writes its new keys/values into, attending over all of it (the
+    # op then takes ``past_key``/``past_value`` [B, Hkv, P, D], after RoPE):
+    #   none:      the block attends over its own new k/v only
+    #   concat:    keys = cat(past_key, k, dim=2) (transformers' DynamicCache): P + S keys
+    #   index_put: keys = past_key with k written at ``cache_position`` along dim 2
+    #              (StaticCache's index_copy_ as Inductor decomposes it): P keys, the whole
+    #              buffer; its unfilled slots are masked by the block's mask tensor
+    #   index_put_prefix: the same buffer's first S slots only (S = the query length: a static
+    #              cache's prefill, causal over the prompt's slots)
+    # Queries are aligned at the end of the keys for causal/window (see ``_structure_keep``).
+    cache: str = "none"
 
     def __post_init__(self):
         def need(cond, what):
@@ -81,6 +93,7 @@ class BlockSpec:
         need(self.scale_op in SCALE_OPS, f"scale_op must be one of {SCALE_OPS}")
         need(self.mask in MASKS, f"mask must be one of {MASKS}")
         need(self.norm_scope in NORM_SCOPES, f"norm_scope must be one of {NORM_SCOPES}")
+        need(self.cache in CACHES, f"cache must be one of {CACHES}")
         need(self.window >= 0, "window must be >= 0")
         need(self.softcap >= 0.0, "softcap must be >= 0")
         need(not (self.softcap and self.core == "sdpa"), "sdpa core has no softcapping")

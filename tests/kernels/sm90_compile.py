@@ -18,7 +18,8 @@ reported.
 
 The backward kernels (flash_bwd, norm_rope_bwd) are recorded from their launchers directly
 (``_backward_cases``), with their default configs, or every candidate with --candidates; the
-training core's forward and backward from its plan (``_core_launches``).
+training core's forward and backward from its plan (``_core_launches``); the decode attention
+(kernels/decode.py) from its launcher (``_decode_launches``).
 """
 
 from __future__ import annotations
@@ -367,7 +368,76 @@ def jobs(candidates: bool = False):
         _add_launches(seen, name, launches)
     for name, launches in _core_launches():
         _add_launches(seen, name, launches)
+    for name, launches in _decode_launches(candidates):
+        _add_launches(seen, name, launches)
     return list(seen.values())
+
+
+def _decode_cases():
+    """(name, dtype, B, Hq, Hkv, Sq, D, Smax, decode.launch keywords) of the decode attention
+    launches compiled: Llama-3-8B's and W092's decode steps (one token, a few speculative ones,
+    more packed rows than one program takes), each head size and dtype, windows with
+    softcapping, every mask kind, a [B, Smax, Hkv, D] cache seen transposed."""
+    f32, bf16, f16 = "float32", "bfloat16", "float16"
+    out = [("Llama 1x8192", bf16, 1, 32, 8, 1, 128, 8192, {}),
+           ("Llama 32x1024", bf16, 32, 32, 8, 1, 128, 1024, {}),
+           ("W092 1x8192", bf16, 1, 96, 8, 1, 128, 8192, {}),
+           ("W092 Sq=4", bf16, 2, 96, 8, 4, 128, 4096, {}),
+           ("W092 Sq=16 (3 row blocks)", bf16, 1, 96, 8, 16, 128, 2048, {}),
+           ("Gemma-2 window softcap", bf16, 2, 8, 4, 1, 256, 8192,
+            dict(window=4096, softcap=50.0)),
+           ("transposed cache seqlens", f16, 4, 16, 4, 2, 64, 1000, dict(transposed=True)),
+           ("empty rows NaN additive per head", bf16, 2, 8, 2, 1, 128, 512,
+            dict(mask="additive", per_head=True, empty_zero=False)),
+           ("bool_keep", bf16, 2, 8, 2, 1, 128, 512, dict(mask="bool_keep")),
+           ("bool_fill -1e9 f32", f32, 2, 8, 2, 1, 128, 512,
+            dict(mask="bool_fill", mask_fill=-1e9)),
+           ("bool_fill -inf", bf16, 2, 8, 2, 3, 64, 512,
+            dict(mask="bool_fill", mask_fill=float("-inf")))]
+    for d in (32, 64, 128, 256):
+        for dt in (f32, bf16):
+            out.append((f"head_dim {d} {dt}", dt, 2, 8, 2, 1, d, 700, dict(window=100)))
+    out.append(("f32 tf32", f32, 1, 32, 8, 1, 128, 8192, dict(prec="tf32")))
+    return out
+
+
+def _decode_launches(candidates: bool = False):
+    """Recorded launches of decode.launch (split and combine) for ``_decode_cases`` (fake
+    tensors), with the default config of each case, or (``candidates``) every candidate
+    config of its dtype that fits the shared-memory estimate."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from inductor_gqa.kernels import decode
+    from inductor_gqa.kernels.launch import recording
+
+    for name, dtype, b, hq, hkv, sq, d, smax, kw in _decode_cases():
+        dt = getattr(torch, dtype)
+        kw = dict(kw)
+        kind, per_head = kw.pop("mask", "none"), kw.pop("per_head", False)
+        transposed = kw.pop("transposed", False)
+        default = decode.choose_config(d, dt)
+        pool = decode.F32_CONFIGS if dt == torch.float32 else decode.B16_CONFIGS
+        cfgs = [default] + ([c for c in pool if c != default and decode.smem_estimate(
+            c, d, dt.itemsize) <= decode.SMEM_BUDGET] if candidates else [])
+        mode = FakeTensorMode()
+        with mode:
+            q = torch.empty(b, sq, hq * d, dtype=dt).view(b, sq, hq, d)
+            if transposed:
+                k, v = (torch.empty(b, smax, hkv, d, dtype=dt).transpose(1, 2) for _ in "kv")
+                where = dict(seqlens=torch.empty(b, dtype=torch.int32))
+            else:
+                k, v = (torch.empty(b, hkv, smax, d, dtype=dt) for _ in "kv")
+                where = dict(positions=torch.empty(1, sq, dtype=torch.int64).expand(b, sq))
+            if kind != "none":
+                shape = (b, hq if per_head else 1, sq, smax)
+                kw["mask"] = torch.empty(shape, dtype=torch.bool if kind.startswith("bool")
+                                         else dt)
+                kw["mask_kind"] = kind
+        for c in cfgs:
+            with mode, recording() as launches:
+                decode.launch(q, k, v, scale=d ** -0.5, cfg=c, **where, **kw)
+            yield (f"decode {name} n{c.block_n} m{c.max_m} w{c.warps} s{c.stages}", launches)
 
 
 def _core_launches():
@@ -512,7 +582,7 @@ def _local_bytes(k) -> int:
 # the training backward's launches and the spill they may have: on an H100 the W092 dK/dV
 # kernel at (64, 64) x 4 warps spilled 888 B per thread and was the fastest config measured
 # (half the time of a spill-free (32, 64) x 8 warps); the 2.9 KB spill of an earlier config
-# doubled the step (perf/results/nvidia-h100/train-*/README.md)
+# doubled the step (perf/results/nvidia-h100/history.md, 019927b and 1b7665a)
 NO_SPILLS = ("bwd_dkdv_kernel [", "bwd_dq_kernel [")
 MAX_SPILL = 1024
 

@@ -179,7 +179,7 @@ def test_pass_cost_on_a_large_graph_without_blocks():
 def test_autotune_measures_once_and_caches_on_disk(monkeypatch, tmp_path):
     """Options(autotune=True) (or max-autotune) measures the block's configs while it compiles
     and keeps them in Inductor's cache directory: a second compile measures nothing."""
-    from inductor_gqa.plan import tune
+    from inductor_gqa import tune
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     calls = []
     descend = tune._descend

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from inductor_gqa import workloads as wl
-from perf import stats
+from perf import gate, stats
 
 
 def row(impl="backend", gpu=100.0, spread=0.01, seq=128, batch=4, status="ok", form="fn",
@@ -18,8 +18,7 @@ def row(impl="backend", gpu=100.0, spread=0.01, seq=128, batch=4, status="ok", f
          "plain_us": plain if plain is not None else (gpu * 1.5 if gpu else None)}
     if check is not None:
         r["check"] = {"passed": check, "min_frac": 1.0 if check else 0.5}
-    if fused is not None:
-        r["fused"] = fused
+    r["fused"] = (impl in stats.OURS) if fused is None else fused
     return r
 
 
@@ -37,13 +36,18 @@ def mrow(impl="backend", gpu=1000.0, plain=1100.0, fused=4, layers=4, check=True
 def frow(impl="backend", cache="cold", s=10.0, seq=131, batch=1, status="ok"):
     return {"kind": "first_call", "workload": "W075", "precision": "high", "impl": impl,
             "form": "fn", "seq": seq, "batch": batch, "cache": cache, "status": status,
-            "first_call_s": s if status == "ok" else None}
+            "first_call_s": s if status == "ok" else None, "fused": impl in stats.OURS}
 
 
-def doc(rows, **settings):
+def doc(rows, expected=None, **settings):
+    """A result document as perf.run writes it; ``expected`` (the rows the run was asked for)
+    defaults to the rows themselves."""
+    exp = rows if expected is None else expected
     return {"schema": stats.SCHEMA, "env": {"gpu": "NVIDIA H200", "torch": "2.11",
                                             "triton": "3.6", "git_commit": "abc"},
-            "settings": settings, "rows": rows}
+            "settings": settings, "rows": rows,
+            "expected": [{f: r[f] for f in ("kind",) + stats.KINDS[stats.kind(r)]}
+                         for r in exp]}
 
 
 def test_median_and_spread():
@@ -73,9 +77,9 @@ def test_row_keys_per_kind():
 
 def test_gate_passes_within_noise_and_fails_beyond():
     base = doc([row(gpu=100.0), row(impl="install", gpu=100.0)], noise_floor=0.05)
-    ok = stats.gate(doc([row(gpu=104.0), row(impl="install", gpu=96.0)]), base)
+    ok = gate.gate(doc([row(gpu=104.0), row(impl="install", gpu=96.0)]), base)
     assert ok["ok"] and ok["compared"] == 2 and not ok["regressions"]
-    bad = stats.gate(doc([row(gpu=110.0), row(impl="install", gpu=100.0)]), base)
+    bad = gate.gate(doc([row(gpu=110.0), row(impl="install", gpu=100.0)]), base)
     assert not bad["ok"]
     assert len(bad["regressions"]) == 1 and bad["regressions"][0]["ratio"] == pytest.approx(1.1)
     assert "+10.0%" in bad["failures"][0] and "threshold 5.0%" in bad["failures"][0]
@@ -87,43 +91,45 @@ def test_gate_refuses_a_run_on_another_gpu():
     base = doc([row(gpu=100.0)], noise_floor=0.05)
     other = doc([row(gpu=90.0)])
     other["env"]["gpu"] = "NVIDIA H100 80GB HBM3"
-    g = stats.gate(other, base)
+    g = gate.gate(other, base)
     assert not g["ok"] and "is not the baseline's (NVIDIA H200)" in g["failures"][0]
-    assert stats.gate(doc([row(gpu=90.0)]), base)["ok"]
+    assert gate.gate(doc([row(gpu=90.0)]), base)["ok"]
 
 
 def test_gate_warns_on_other_library_versions():
     base = doc([row(gpu=100.0)], noise_floor=0.05)
     newer = doc([row(gpu=100.0)])
     newer["env"]["torch"] = "2.13"
-    g = stats.gate(newer, base)
+    g = gate.gate(newer, base)
     assert g["ok"] and g["warnings"] == ["torch 2.13 here, 2.11 in the baseline"]
     assert "warning (not gated) torch 2.13 here" in stats.gate_text(g)
 
 
 def test_gate_noisy_case_gets_wider_threshold():
     base = doc([row(gpu=100.0, spread=0.06)], noise_floor=0.05)
-    assert stats.gate(doc([row(gpu=110.0, spread=0.01)]), base)["ok"]       # 12% allowed
-    assert not stats.gate(doc([row(gpu=113.0, spread=0.01)]), base)["ok"]
+    assert gate.gate(doc([row(gpu=110.0, spread=0.01)]), base)["ok"]       # 12% allowed
+    assert not gate.gate(doc([row(gpu=113.0, spread=0.01)]), base)["ok"]
 
 
 def test_gate_only_ours_by_default():
     base = doc([row(impl="stock_dynamic", gpu=100.0), row(gpu=100.0)])
-    cur = doc([row(impl="stock_dynamic", gpu=200.0), row(gpu=100.0)])
-    g = stats.gate(cur, base)
+    cur = doc([row(impl="stock_dynamic", gpu=250.0), row(gpu=100.0)])   # ours 2.5x: target met
+    g = gate.gate(cur, base)
     assert g["ok"] and g["compared"] == 1
-    assert not stats.gate(cur, base, impls=None)["ok"]
+    assert not gate.gate(cur, base, impls=None)["ok"]
 
 
 def test_gate_fails_on_check_missing_error_and_lost_fusion():
     base = doc([row(gpu=100.0, fused=True), row(seq=256, gpu=50.0)])
-    g = stats.gate(doc([row(gpu=100.0, fused=False, check=False)]), base)
+    g = gate.gate(doc([row(gpu=100.0, fused=False, check=False)],
+                      expected=base["rows"]), base)
     msgs = "\n".join(g["failures"])
     assert not g["ok"]
     assert "correctness check failed" in msgs
     assert "not in this run" in msgs                       # the S256 row is gone
-    assert "fused op" in msgs
-    g = stats.gate(doc([row(gpu=100.0), row(seq=256, status="error")]), base)
+    assert "1 selected rows missing: W075/high/backend/fn/S256xB4" in msgs
+    assert "fused op" in msgs and "not fused" in msgs
+    g = gate.gate(doc([row(gpu=100.0), row(seq=256, status="error")]), base)
     assert any("error now" in f for f in g["failures"])
     assert any("error (" in f for f in g["failures"])      # and the within-run rule
 
@@ -131,85 +137,84 @@ def test_gate_fails_on_check_missing_error_and_lost_fusion():
 def test_gate_scope_leaves_rows_the_run_was_not_asked_for():
     base = doc([row(gpu=100.0), row(workload="W092", precision="bf16", gpu=800.0)])
     cur = doc([row(gpu=100.0)])
-    assert not stats.gate(cur, base)["ok"]                 # strict: the W092 row is missing
-    g = stats.gate(cur, base, scope=lambda r: r["workload"] == "W075")
+    g = gate.gate(cur, base)                              # by default, the run's selection
+    assert g["ok"] and g["compared"] == 1 and g["outside"] == 1
+    assert not gate.gate(doc([row(gpu=100.0)], expected=base["rows"]), base)["ok"]
+    g = gate.gate(cur, base, scope=lambda r: r["workload"] == "W075")
     assert g["ok"] and g["compared"] == 1 and g["outside"] == 1
     assert "1 baseline rows outside this run's selection" in stats.gate_text(g)
-    g = stats.gate(doc([]), base, scope=lambda r: r["workload"] == "W075")
+    g = gate.gate(doc([]), base, scope=lambda r: r["workload"] == "W075")
     assert not g["ok"]                                     # asked for and missing: still a FAIL
 
 
 def test_gate_check_failure_of_reference_impl_is_a_warning():
     base = doc([row(gpu=100.0)])
-    cur = doc([row(gpu=100.0), row(impl="stock_static", gpu=90.0, plain=200.0, check=False)])
-    g = stats.gate(cur, base)
+    cur = doc([row(gpu=100.0), row(impl="stock_static", gpu=300.0, plain=200.0, check=False)])
+    g = gate.gate(cur, base)
     assert g["ok"] and len(g["warnings"]) == 1 and "stock_static" in g["warnings"][0]
     assert "warning (not gated)" in stats.gate_text(g)
-    assert not stats.gate(cur, base, impls=None)["ok"]
+    assert not gate.gate(cur, base, impls=None)["ok"]
 
 
 def test_gate_floor_from_baseline_or_argument():
     base = doc([row(gpu=100.0)], noise_floor=0.2)
-    assert stats.gate(doc([row(gpu=115.0)]), base)["ok"]
-    assert not stats.gate(doc([row(gpu=115.0)]), base, floor=0.05)["ok"]
+    assert gate.gate(doc([row(gpu=115.0)]), base)["ok"]
+    assert not gate.gate(doc([row(gpu=115.0)]), base, floor=0.05)["ok"]
 
 
 def test_plain_call_rule_against_the_faster_stock():
     """Ours' plain call may not be slower than the faster of the two stock rows."""
-    rows = [row(impl="stock_static", plain=400.0), row(impl="stock_dynamic", plain=900.0),
-            row(plain=410.0)]
-    g = stats.gate(doc(rows))                              # no baseline: within-run rules
+    rows = [row(impl="stock_static", gpu=300.0, plain=400.0),
+            row(impl="stock_dynamic", gpu=300.0, plain=900.0), row(plain=410.0)]
+    g = gate.gate(doc(rows))                              # no baseline: within-run rules
     assert g["ok"] and not g["baseline"]                   # +2.5%, within 5%
     rows[2]["plain_us"] = 500.0
-    g = stats.gate(doc(rows))
+    g = gate.gate(doc(rows))
     assert not g["ok"] and g["plain_slower"] == ["W075/high/backend/fn/S128xB4"]
-    assert "torch.compile static" in g["failures"][0] and "+25.0%" in g["failures"][0]
-    assert stats.gate(doc(rows), plain_tol=0.3)["ok"]
-    assert stats.gate(doc([row(plain=10_000.0)]))["ok"]    # nothing to compare with
+    assert "torch.compile static" in g["failures"][0] and "1.250" in g["failures"][0]
+    assert gate.gate(doc(rows), plain_tol=0.3)["ok"]
+    assert gate.gate(doc([row(plain=10_000.0)]))["ok"]    # nothing to compare with
 
 
 def test_models_rules():
     rows = [mrow(impl="eager", gpu=2000.0, plain=2100.0), mrow(impl="stock_static"),
             mrow(gpu=950.0, plain=1000.0)]
-    assert stats.gate(doc(rows))["ok"]
+    assert gate.gate(doc(rows))["ok"]
     rows[2].update(fused_layers=3, rejected={"softcapping": 1})
-    g = stats.gate(doc(rows))
+    g = gate.gate(doc(rows))
     assert not g["ok"] and "3 of 4 layers fused (softcapping x1)" in g["failures"][0]
     rows[2].update(fused_layers=4, gpu_us=1100.0)
-    g = stats.gate(doc(rows))
-    assert not g["ok"] and "GPU time 1100.0 us, slower than stock's 1000.0" in g["failures"][0]
+    g = gate.gate(doc(rows))
+    assert not g["ok"] and "gpu_us 1100.0 us against torch.compile static's 1000.0: ours / " \
+        "stock 1.100, at most 1.00x (+5.0% noise) (model_gpu)" in g["failures"][0]
     rows[2].update(gpu_us=1000.0, plain_us=1300.0)
-    assert "plain call" in stats.gate(doc(rows))["failures"][0]
+    assert "(model_plain)" in gate.gate(doc(rows))["failures"][0]
 
 
 def test_first_call_regression_against_the_baseline():
     base = doc([frow(s=10.0), frow(cache="warm", s=4.0)])
-    assert stats.gate(doc([frow(s=14.0), frow(cache="warm", s=4.5)]), base)["ok"]  # 10*1.25+2
-    g = stats.gate(doc([frow(s=15.0), frow(cache="warm", s=4.0)]), base)
+    assert gate.gate(doc([frow(s=14.0), frow(cache="warm", s=4.5)]), base)["ok"]  # 10*1.25+2
+    g = gate.gate(doc([frow(s=15.0), frow(cache="warm", s=4.0)]), base)
     assert not g["ok"] and "first_call/W075/high/backend/fn/S131xB1/cold" in g["failures"][0]
     assert "10.00 -> 15.00 s" in g["failures"][0]
-    g = stats.gate(doc([frow(s=15.0), frow(cache="warm", s=4.0)]), base, first_call_slack_s=5)
+    g = gate.gate(doc([frow(s=15.0), frow(cache="warm", s=4.0)]), base, first_call_slack_s=5)
     assert g["ok"]
-    g = stats.gate(doc([frow(s=5.0, status="error")]), base)
+    g = gate.gate(doc([frow(s=5.0, status="error")]), base)
     assert not g["ok"]                                    # an error, and the warm row missing
 
 
-def test_old_format_baseline_is_compared_on_gpu_times_and_says_so():
+def test_old_format_baseline_is_refused():
+    """A schema-1 baseline is not comparable: the gate fails with the reason instead of
+    comparing nothing (an empty run used to pass with 0 rows compared)."""
     old = {"schema": "inductor_gqa.perf/1", "env": {"gpu": "NVIDIA H200"},
            "settings": {"noise_floor": 0.05},
-           "rows": [{k: v for k, v in row(gpu=100.0).items() if k != "kind"},
-                    dict({k: v for k, v in row(gpu=100.0).items() if k != "kind"},
-                         form="module"),
-                    dict({k: v for k, v in row(gpu=300.0).items() if k != "kind"},
-                         impl="stock")]}
-    up = stats.upgrade(old)
-    assert {r["impl"] for r in up["rows"]} == {"backend", "stock_dynamic"}
-    assert all("plain_us_events" in r and "plain_us" not in r for r in up["rows"])
-    g = stats.gate(doc([row(gpu=104.0, plain=10.0)]), old)
-    assert g["ok"] and g["compared"] == 1 and g["outside"] == 1     # the module row: not run
-    assert "old format" in stats.gate_text(g)
-    assert not stats.gate(doc([row(gpu=120.0, plain=10.0)]), old)["ok"]
-    g = stats.gate(doc([row()]), {"schema": "something/9", "rows": []})
+           "rows": [{k: v for k, v in row(gpu=100.0).items() if k != "kind"}]}
+    up = stats.upgrade(old)                                # merge still reads old runs
+    assert [r["impl"] for r in up["rows"]] == ["backend"] and "plain_us_events" in up["rows"][0]
+    g = gate.gate(doc([row(gpu=100.0)]), old)
+    assert not g["ok"] and g["failures"] == [gate.REFUSED_SCHEMA_1] and g["compared"] == 0
+    assert "baseline schema 1 is not comparable; rerun" in stats.gate_text(g)
+    g = gate.gate(doc([row()]), {"schema": "something/9", "rows": []})
     assert not g["ok"] and "not compared" in g["failures"][0]
 
 
@@ -263,7 +268,7 @@ def test_markdown_report_and_schema():
     stats.add_ratios(rows)
     d = doc(rows, dynamic="unbacked", blocks=5, replays=10, plain_runs=20, check_rounds=3,
             first_call_note="first calls measured for 1 of 48")
-    d["gate"] = stats.gate(d)
+    d["gate"] = gate.gate(d)
     assert stats.validate(d) == []
     md = stats.markdown_report(d)
     for part in ("## Summary", "## W075 (high)", "unavailable", "## First calls",
@@ -331,11 +336,10 @@ def test_run_selections_and_estimate():
                         "--train-options", '{"training_core": "kernels"}'])
     assert a.train_cases_list == [(2048, 1), (128, 4)]
     assert a.train_options_dict == {"fuse_with_grad": True, "training_core": "kernels"}
-    scope = run._selection(a, ["W092"], ["fn"], ["backend"])
+    scope = run._selection(a)
     train_row = dict(kind="train_block", workload="W092", impl="backend", seq=2048, batch=1)
     assert scope(train_row) and not scope(dict(train_row, seq=512)) and not scope(row())
-    scope = run._selection(run.parse_args(["--workloads", "W075", "--suites", "blocks"]),
-                           ["W075"], ["fn"], ["backend"])
+    scope = run._selection(run.parse_args(["--workloads", "W075", "--suites", "blocks"]))
     assert scope(row()) and not scope(row(form="module")) and not scope(frow())
     assert not scope(mrow()) and not scope(row(workload="W092", precision="bf16"))
     assert run.main(["--estimate"]) == 0                     # no GPU needed
@@ -361,23 +365,25 @@ def test_gate_cli(tmp_path):
         gate_cli.main(["--promote", str(old), "-o", str(po)])
 
 
-def test_committed_baseline_gates_without_crashing(tmp_path, capsys):
-    """The committed H200 baseline (schema 1 until a run of this job replaces it) is read."""
+def test_committed_baseline_is_refused_while_in_schema_1(tmp_path, capsys):
+    """The committed H200 baseline is schema 1 until a run of this job replaces it: the gate
+    refuses it, even for a run of exactly its rows."""
     import os
 
     from perf import gate as gate_cli
     path = os.path.join(os.path.dirname(__file__), "..", "..", "perf", "baselines",
                         "nvidia-h200.json")
     base = json.load(open(path))
-    cur = doc([dict(r, kind="block", impl=stats.IMPL_ALIASES.get(r["impl"], r["impl"]))
+    cur = doc([dict(r, kind="block", impl=stats.IMPL_ALIASES.get(r["impl"], r["impl"]),
+                    fused=r["impl"] == "backend")
                for r in base["rows"] if r["impl"] in ("backend", "stock") and r["form"] == "fn"])
     pc = tmp_path / "c.json"
     pc.write_text(json.dumps(cur))
     rc = gate_cli.main([str(pc), "--baseline", path])
     out = capsys.readouterr().out
-    assert rc in (0, 1) and "gate:" in out
+    assert "gate:" in out
     if base.get("schema") in stats.OLD_SCHEMAS:
-        assert "old format" in out
+        assert rc == 1 and "baseline schema 1 is not comparable; rerun" in out
 
 
 def test_merge_takes_each_selection_from_its_run(tmp_path):
