@@ -54,6 +54,19 @@ def _table_spec(spec, t, b, s) -> TableSpec:
                      interpret=interpreting())
 
 
+def _norm_rope(spec: BlockSpec, t: dict, q, k, b, s, runtime):
+    """The block's norm and RoPE on the q and k rows [B*S, heads*D], in place (one launch);
+    q and k as they are when the block has neither."""
+    if spec.norm == "none" and spec.rope == "none":
+        return q, k
+    cos, sin = _tables(spec, t, b, s)
+    return qk_epilogue.norm_rope(
+        q, k, q_norm_weight=t["q_norm_weight"], k_norm_weight=t["k_norm_weight"], cos=cos,
+        sin=sin, seq=s, num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim, norm=spec.norm, eps=spec.eps, eps_k=spec.eps, rope=spec.rope,
+        rotary_dim=spec.rotary_dim, runtime=runtime)
+
+
 def _bsd(c: torch.Tensor) -> torch.Tensor:
     return c if c.dim() == 3 else c.reshape(-1, c.shape[-2], c.shape[-1])
 
@@ -200,13 +213,7 @@ def _native(plan: NativePlan, spec: BlockSpec, t: dict):
             v = F.linear(x2d, t["wv"], t["bv"]).contiguous()
     # 2. norm and RoPE on q and k, in place
     rt = _runtime(spec, t, x.device)
-    if spec.norm != "none" or spec.rope != "none":
-        cos, sin = _tables(spec, t, b, s)
-        q, k = qk_epilogue.norm_rope(
-            q, k, q_norm_weight=t["q_norm_weight"], k_norm_weight=t["k_norm_weight"], cos=cos,
-            sin=sin, seq=s, num_heads=h, num_kv_heads=hk, head_dim=d, norm=spec.norm,
-            eps=spec.eps, eps_k=spec.eps, rope=spec.rope, rotary_dim=spec.rotary_dim,
-            runtime=rt)
+    q, k = _norm_rope(spec, t, q, k, b, s, rt)
     # 3. attention -> o [B, S, H*D]
     if plan.v_kmajor:
         vv = (v, (s, d * m, 1, m))
@@ -246,13 +253,7 @@ def _cached_sdpa(spec: BlockSpec, t: dict):
     q = F.linear(x2d, t["wq"], t["bq"]).contiguous()
     k = F.linear(x2d, t["wk"], t["bk"]).contiguous()
     v = F.linear(x2d, t["wv"], t["bv"])
-    if spec.norm != "none" or spec.rope != "none":
-        cos, sin = _tables(spec, t, b, s)
-        q, k = qk_epilogue.norm_rope(
-            q, k, q_norm_weight=t["q_norm_weight"], k_norm_weight=t["k_norm_weight"], cos=cos,
-            sin=sin, seq=s, num_heads=h, num_kv_heads=hk, head_dim=d, norm=spec.norm,
-            eps=spec.eps, eps_k=spec.eps, rope=spec.rope, rotary_dim=spec.rotary_dim,
-            runtime=None)
+    q, k = _norm_rope(spec, t, q, k, b, s, None)
     keys = torch.cat((t["past_key"], _heads(k, b, s, hk, d)), dim=2)
     values = torch.cat((t["past_value"], _heads(v, b, s, hk, d)), dim=2)
     mask = cached_attention_mask(spec, t["attn_mask"], s, keys.shape[2], x.device)
