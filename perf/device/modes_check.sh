@@ -5,7 +5,7 @@ set -u
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . > $OUT/install.log 2>&1
 python3 -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__, torch.cuda.get_device_name())" | tee $OUT/env.txt
-export PERF_GIT_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || cat .perf_commit)
+export PERF_GIT_COMMIT=${PERF_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
 timeout 90 python3 tests/kernels/sm90_compile.py --jobs 8 --only "W075 high 131x1" 2>&1 | tail -5 | tee $OUT/writes.txt
 TORCH_LOGS=perf_hints timeout 470 python3 -m perf.modes --cases W075:131x1,W092:128x1 \
   --modes reduce-overhead,aoti,cpp_wrapper,default,dynamic,max-autotune --out $OUT \
